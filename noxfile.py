@@ -1,0 +1,71 @@
+"""Sessions: `nox -s tests lint docs` is what CI runs (.ci/run) and what the README tells you to run.
+
+- tests: the install-set matrix. Each set gets its own venv and runs the whole test tree; tests of a
+  package that is not installed skip themselves (``pytest.importorskip``), so the report shows what applies.
+  "core" and "core+func" are regular installs; "all" is an editable install, so both install modes of the
+  ``hndl`` namespace (see IMPLEMENTATION.md, "Packaging") are exercised on every run.
+- lint: ruff check and ruff format --check.
+- docs: the reference docs are current (``python -m hndl.docs --check``) and the Sphinx site builds.
+- bench: the benchmarks (marked ``benchmark``), which compare against hand-written PyTorch in one process.
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "docs"]
+nox.options.reuse_existing_virtualenvs = False
+
+CORE = "packages/hndl-core"
+FUNC = "packages/hndl-func"
+DOCS = "packages/hndl-docs"
+TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
+
+INSTALL_SETS = {
+    "core": ([CORE], False),
+    "core+func": ([CORE, FUNC], False),
+    "all": ([CORE, FUNC, DOCS], True),
+}
+
+
+def _install(session: nox.Session, packages: list[str], editable: bool) -> None:
+    args: list[str] = []
+    for package in packages:
+        args += ["-e", package] if editable else [package]
+    session.install(*args, *TEST_DEPS)
+
+
+@nox.session
+@nox.parametrize("install_set", list(INSTALL_SETS))
+def tests(session: nox.Session, install_set: str) -> None:
+    """Run the test suite against one install set."""
+    packages, editable = INSTALL_SETS[install_set]
+    _install(session, packages, editable)
+    session.run("python", "-c", "import hndl, hndl.torch; print('hndl from', hndl.__file__)")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs, env={"HNDL_INSTALL_SET": install_set})
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over the whole repo."""
+    session.install("ruff>=0.5")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Reference docs are current, and the Sphinx site builds with warnings as errors."""
+    session.install(CORE, FUNC, f"{DOCS}[site]")
+    session.run("python", "-m", "hndl.docs", "--check")
+    if os.path.exists("docs/conf.py"):
+        session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks against hand-written PyTorch twins; prints the comparison table."""
+    _install(session, [CORE, FUNC], False)
+    session.run("pytest", "-q", "-s", "-p", "no:cacheprovider", "-m", "benchmark", "benchmarks", *session.posargs)

@@ -1,0 +1,85 @@
+"""hndl: contract-checked neural-network graphs for PyTorch.
+
+Describe a model as a :class:`Graph` (in Python or a YAML spec file), let hndl check it before any tensor
+exists, and :func:`build` a real ``torch.nn.Module`` that checks its contracts once per input signature.
+
+The public surface is what this module exports; everything in underscore modules is private.
+"""
+
+from __future__ import annotations
+
+# hndl-func and hndl-docs install their subpackages (hndl.func, hndl.docs) as portions of this package,
+# possibly from other directories (editable installs); extend_path lets `import hndl.func` find them there.
+__path__ = __import__("pkgutil").extend_path(__path__, __name__)
+
+from typing import TYPE_CHECKING, Any
+
+from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
+from ._check import check as check
+from ._contracts import Contract as Contract
+from ._contracts import ShapePattern as ShapePattern
+from ._contracts import TensorType as TensorType
+from ._errors import CODES as CODES
+from ._errors import HndlError as HndlError
+from ._errors import Problem as Problem
+from ._graph import Graph as Graph
+from ._graph import Handle as Handle
+from ._registry import REQUIRED as REQUIRED
+from ._registry import InferError as InferError
+from ._registry import OpDef as OpDef
+from ._registry import Param as Param
+from ._registry import Params as Params
+from ._registry import Port as Port
+from ._registry import op as op
+from ._registry import registry as registry
+
+if TYPE_CHECKING:
+    from .torch import GraphModule
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CODES",
+    "REQUIRED",
+    "Contract",
+    "Graph",
+    "GraphModule",
+    "Handle",
+    "HndlError",
+    "InferError",
+    "OpDef",
+    "Param",
+    "Params",
+    "Port",
+    "Problem",
+    "ShapePattern",
+    "TensorType",
+    "build",
+    "check",
+    "op",
+    "registry",
+]
+
+
+def build(graph: Graph) -> GraphModule:
+    """Check ``graph`` and build its :class:`hndl.torch.GraphModule`.
+
+    Raises:
+        HndlError: listing every problem the static check found (nothing is built then).
+    """
+    from .torch import build_module
+
+    return build_module(graph)
+
+
+def __getattr__(name: str) -> Any:
+    # torch is imported only when a model is built: describing and checking graphs must not need it.
+    if name in ("torch", "func", "docs"):
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    if name == "GraphModule":
+        from .torch import GraphModule
+
+        return GraphModule
+    raise AttributeError(f"module 'hndl' has no attribute {name!r}")

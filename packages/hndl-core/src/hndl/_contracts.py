@@ -1,0 +1,378 @@
+"""Contracts: shape patterns, dtype rules, and the static types inference computes.
+
+A *shape pattern* is a sequence of entries: an ``int``, a symbol (``"B"``), a variadic symbol (``"*batch"``,
+at most one per pattern) or an expression (``"C*H*W"``). Matching a pattern against a shape binds symbols
+in an environment; a symbol already bound must agree. The same matcher serves static inference (dims may be
+symbolic there, and anything not provably different is accepted) and the run-time check (dims are ints).
+
+Checkers return ``""`` when a check passes and a short reason otherwise, so the passing path costs nothing
+and the caller adds the node/port context once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+from ._dims import Dim, DimError, Poly, format_dim, free_symbols, parse_dim, substitute
+
+__all__ = [
+    "DTYPES",
+    "DTYPE_CATEGORIES",
+    "Contract",
+    "ShapePattern",
+    "TensorType",
+    "Variadic",
+    "dtype_satisfies",
+    "is_unknown",
+    "parse_dtype_rule",
+    "unknown_dim",
+]
+
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+INT_DTYPES = ("uint8", "int8", "int16", "int32", "int64")
+#: Concrete dtype names a contract may use (torch names without the ``torch.`` prefix).
+DTYPES: tuple[str, ...] = (*FLOAT_DTYPES, *INT_DTYPES, "bool", "complex64", "complex128")
+#: Dtype categories: a rule naming one accepts any of its members.
+DTYPE_CATEGORIES: dict[str, tuple[str, ...]] = {"float": FLOAT_DTYPES, "int": INT_DTYPES, "any": DTYPES}
+
+_unknown_counter = itertools.count(1)
+
+
+def unknown_dim() -> Poly:
+    """A fresh dimension that static inference could not determine; the run-time check skips it."""
+    return Poly(((((f"?{next(_unknown_counter)}",)), 1),))
+
+
+def is_unknown(d: Any) -> bool:
+    """Whether ``d`` depends on a dimension inference could not determine."""
+    return isinstance(d, Poly) and any(s.startswith("?") for s in free_symbols(d))
+
+
+# --- dtype rules ----------------------------------------------------------------------------------------
+
+
+def parse_dtype_rule(rule: Any, *, ports: Iterable[str] = ()) -> str:
+    """Validate a dtype rule and return it normalised.
+
+    A rule is a concrete dtype (``"float32"``, also ``"torch.float32"``), a category (``"float"``, ``"int"``,
+    ``"any"``) or, on an op's port, ``"same:<port>"``.
+
+    Raises:
+        ValueError: with a reason naming the accepted forms.
+    """
+    if not isinstance(rule, str):
+        raise ValueError(f"a dtype must be a string such as 'float32', not {type(rule).__name__} {rule!r}")
+    text = rule.removeprefix("torch.")
+    if text in DTYPES or text in DTYPE_CATEGORIES:
+        return text
+    ports = tuple(ports)
+    if text.startswith("same:") and text[5:] in ports:
+        return text
+    allowed = ", ".join([*DTYPE_CATEGORIES, *DTYPES])
+    raise ValueError(f"unknown dtype {rule!r}; use one of {allowed}")
+
+
+def dtype_satisfies(actual: str, rule: str) -> bool | None:
+    """Whether a value of (possibly categorical) dtype ``actual`` meets ``rule``.
+
+    Returns ``True`` (it does), ``False`` (it cannot) or ``None`` (not decidable statically, e.g. an input
+    declared "any float" against a port that needs ``float32``; the run-time check decides).
+    """
+    if rule == "any" or actual == rule:
+        return True
+    rule_members = DTYPE_CATEGORIES.get(rule, (rule,))
+    actual_members = DTYPE_CATEGORIES.get(actual, (actual,))
+    if set(actual_members) <= set(rule_members):
+        return True
+    if set(actual_members) & set(rule_members):
+        return None
+    return False
+
+
+# --- shape patterns -------------------------------------------------------------------------------------
+
+Entry = Union[int, str]  # as written: 784, "B", "*batch", "C*H*W"
+
+
+@dataclass(frozen=True)
+class Variadic:
+    """Inside a static shape: the dims a graph input's ``*name`` entry stands for, count unknown until a call.
+
+    A static shape holds at most one. At run time the environment binds ``name`` to the actual dims.
+    """
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"*{self.name}"
+
+
+@dataclass(frozen=True)
+class ShapePattern:
+    """A parsed shape pattern. Build with :meth:`parse`."""
+
+    entries: tuple[Entry, ...]  # as written, normalised (ints stay ints)
+    dims: tuple[Dim | None, ...]  # parsed entry, None at the variadic position
+    variadic: int | None  # index of the ``*name`` entry
+    variadic_name: str | None
+
+    @classmethod
+    def parse(cls, spec: Any) -> ShapePattern:
+        """Parse a pattern from a list/tuple of entries, or a string of entries separated by spaces/commas.
+
+        Raises:
+            ValueError: with a reason (bad entry, two variadics, ...).
+        """
+        if isinstance(spec, ShapePattern):
+            return spec
+        if isinstance(spec, str):
+            raw: list[Any] = [t for t in spec.replace(",", " ").split() if t]
+        elif isinstance(spec, (list, tuple)):
+            raw = list(spec)
+        else:
+            raise ValueError(f"a shape must be a list such as [B, 784], not {type(spec).__name__} {spec!r}")
+        entries: list[Entry] = []
+        dims: list[Dim | None] = []
+        variadic = None
+        variadic_name = None
+        for i, item in enumerate(raw):
+            if isinstance(item, str) and item.startswith("*"):
+                if variadic is not None:
+                    raise ValueError(f"shape {_show_raw(raw)} has two variadic entries; at most one is allowed")
+                name = item[1:]
+                try:
+                    parse_dim(name)
+                except DimError:
+                    raise ValueError(f"{item!r} is not a valid variadic entry; write '*name'") from None
+                variadic, variadic_name = i, name
+                entries.append(item)
+                dims.append(None)
+                continue
+            try:
+                d = parse_dim(item)
+            except DimError as exc:
+                raise ValueError(f"bad shape entry {item!r}: {exc}") from None
+            if isinstance(d, int) and d < 0:
+                raise ValueError(f"shape entry {item!r} is negative")
+            entries.append(d if isinstance(d, int) else str(item).strip())
+            dims.append(d)
+        return cls(tuple(entries), tuple(dims), variadic, variadic_name)
+
+    @property
+    def min_rank(self) -> int:
+        return len(self.entries) - (self.variadic is not None)
+
+    def __str__(self) -> str:
+        return "[" + ", ".join(str(e) for e in self.entries) + "]"
+
+    def to_spec(self) -> list[Entry]:
+        return list(self.entries)
+
+    def match(self, shape: Sequence[Dim], env: MutableMapping[str, Any], *, strict: bool = False) -> str:
+        """Bind the pattern's symbols against ``shape`` in ``env``.
+
+        ``env`` maps a symbol to a :data:`Dim` and a variadic name to a tuple of dims. With ``strict`` (the
+        run-time check), dims are ints and must be equal; otherwise two dims conflict only when they are
+        provably different (two different ints, or a symbol already bound to a different int).
+
+        Returns:
+            ``""`` on success, else the reason. ``env`` may be partly updated on failure.
+        """
+        open_at = next((i for i, d in enumerate(shape) if isinstance(d, Variadic)), None)
+        if open_at is not None:
+            return self._match_open(shape, open_at, env)
+        rank = len(shape)
+        if self.variadic is None:
+            if rank != len(self.entries):
+                return f"expected rank {len(self.entries)} {self}, got rank {rank} {format_shape(shape)}"
+            pairs = list(zip(self.dims, shape))
+        else:
+            if rank < self.min_rank:
+                return f"expected rank >= {self.min_rank} {self}, got rank {rank} {format_shape(shape)}"
+            k = self.variadic
+            tail = len(self.entries) - k - 1
+            var = tuple(shape[k : rank - tail])
+            name = self.variadic_name
+            assert name is not None
+            if name in env:
+                bound = env[name]
+                if len(bound) != len(var) or any(_conflict(a, b, strict) for a, b in zip(bound, var)):
+                    return (
+                        f"*{name} was bound to {format_shape(bound)}, here it is {format_shape(var)}"
+                        f" (in {format_shape(shape)})"
+                    )
+            else:
+                env[name] = var
+            pairs = list(zip(self.dims[:k], shape[:k])) + list(zip(self.dims[k + 1 :], shape[rank - tail :]))
+        return self._match_pairs(pairs, rank, env, strict)
+
+    def _match_open(self, shape: Sequence[Any], open_at: int, env: MutableMapping[str, Any]) -> str:
+        """Static matching against a shape whose rank is open (it holds a graph input's ``*name``)."""
+        prefix, suffix = list(shape[:open_at]), list(shape[open_at + 1 :])
+        if self.variadic is not None:
+            k = self.variadic
+            head, tail = list(self.dims[:k]), list(self.dims[k + 1 :])
+            if len(head) <= len(prefix) and len(tail) <= len(suffix):
+                var = tuple(prefix[len(head) :]) + (shape[open_at],) + tuple(suffix[: len(suffix) - len(tail)])
+                name = self.variadic_name
+                assert name is not None
+                if name not in env:
+                    env[name] = var
+                pairs = list(zip(head, prefix)) + list(zip(tail, suffix[len(suffix) - len(tail) :]))
+                return self._match_pairs(pairs, len(shape), env, False)
+        elif len(self.dims) >= len(prefix) + len(suffix):
+            # The open dims might fill the gap: check the ends, leave the rest to the run-time check.
+            pairs = list(zip(self.dims, prefix)) + list(zip(reversed(self.dims), reversed(suffix)))
+            reason = self._match_pairs(pairs, len(shape), env, False)
+            if reason:
+                return reason
+        else:
+            return f"expected rank {len(self.entries)} {self}, got rank >= {len(shape) - 1} {format_shape(shape)}"
+        # Whatever could not be aligned stays unknown rather than wrong.
+        for d in self.dims:
+            name = _bare_symbol(d) if d is not None else None
+            if name is not None and name not in env:
+                env[name] = unknown_dim()
+        if self.variadic_name is not None and self.variadic_name not in env:
+            env[self.variadic_name] = (Variadic(f"?{self.variadic_name}"),)
+        return ""
+
+    def _match_pairs(
+        self, pairs: list[tuple[Dim | None, Any]], rank: int, env: MutableMapping[str, Any], strict: bool
+    ) -> str:
+        deferred: list[tuple[int, Dim, Dim]] = []
+        for index, (pat, actual) in enumerate(pairs):
+            assert pat is not None
+            if isinstance(pat, int):
+                if _conflict(pat, actual, strict):
+                    return f"dim {self._position(index, rank)} expected {pat}, got {format_dim(actual)}"
+                continue
+            name = _bare_symbol(pat)
+            if name is None:
+                deferred.append((index, pat, actual))
+                continue
+            if name in env:
+                if _conflict(env[name], actual, strict):
+                    return (
+                        f"dim {self._position(index, rank)} is {name}, bound to {format_dim(env[name])},"
+                        f" but got {format_dim(actual)}"
+                    )
+            else:
+                env[name] = actual
+        for index, pat, actual in deferred:
+            value = substitute(pat, {k: v for k, v in env.items() if not isinstance(v, tuple)})
+            if _conflict(value, actual, strict):
+                return (
+                    f"dim {self._position(index, rank)} expected {pat} = {format_dim(value)}, got {format_dim(actual)}"
+                )
+        return ""
+
+    def _position(self, index: int, rank: int) -> int:
+        # ``index`` counts over non-variadic entries; turn it into the tensor dim it checked.
+        if self.variadic is None or index < self.variadic:
+            return index
+        tail = len(self.entries) - self.variadic - 1
+        return rank - tail + (index - self.variadic)
+
+    def instantiate(self, env: Mapping[str, Any]) -> tuple[Dim, ...]:
+        """The shape this pattern denotes under ``env``; unbound symbols stay symbolic."""
+        out: list[Dim] = []
+        scalars = {k: v for k, v in env.items() if not isinstance(v, tuple)}
+        for i, d in enumerate(self.dims):
+            if i == self.variadic:
+                out.extend(env.get(self.variadic_name or "", ()))
+            else:
+                assert d is not None
+                out.append(substitute(d, scalars))
+        return tuple(out)
+
+
+def _bare_symbol(d: Dim) -> str | None:
+    if isinstance(d, Poly) and len(d.terms) == 1:
+        mono, coeff = d.terms[0]
+        if coeff == 1 and len(mono) == 1 and isinstance(mono[0], str):
+            return mono[0]
+    return None
+
+
+def _conflict(a: Dim, b: Dim, strict: bool) -> bool:
+    if a == b:
+        return False
+    if strict:
+        return True
+    # Statically, only two different constants are a proven conflict; symbolic dims are checked at run time.
+    return isinstance(a, int) and isinstance(b, int)
+
+
+def _show_raw(raw: Sequence[Any]) -> str:
+    return "[" + ", ".join(str(x) for x in raw) + "]"
+
+
+def format_shape(shape: Sequence[Dim] | None) -> str:
+    """``[B, 784]``; ``[?]`` style dims for unknowns; ``[...]`` for an unknown rank."""
+    if shape is None:
+        return "[...]"
+    return "[" + ", ".join(_format_entry(d) for d in shape) + "]"
+
+
+def _format_entry(d: Any) -> str:
+    if isinstance(d, Variadic):
+        return "..." if d.name.startswith("?") else str(d)
+    if isinstance(d, tuple):
+        return format_shape(d)
+    return "?" if is_unknown(d) else str(format_dim(d))
+
+
+# --- static types ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """What static inference knows about a value: its shape (dims may be symbolic) and dtype (concrete or a
+    category). ``shape=None`` means the rank is unknown."""
+
+    shape: tuple[Any, ...] | None  # Dim entries, and at most one Variadic
+    dtype: str = "float"
+
+    def __str__(self) -> str:
+        return f"{format_shape(self.shape)} {self.dtype}"
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+
+@dataclass(frozen=True)
+class Contract:
+    """A graph input's contract: shape pattern, dtype rule and optional device (``"cpu"``, ``"cuda"``)."""
+
+    shape: ShapePattern
+    dtype: str = "float"
+    device: str | None = None
+
+    @classmethod
+    def make(cls, shape: Any, dtype: Any = None, device: Any = None) -> Contract:
+        """Build from user input. Raises ``ValueError`` with a reason on bad input."""
+        pattern = ShapePattern.parse(shape)
+        rule = "float" if dtype is None else parse_dtype_rule(dtype)
+        if device is not None and not isinstance(device, str):
+            raise ValueError(f"device must be a string such as 'cpu' or 'cuda', not {device!r}")
+        return cls(pattern, rule, device)
+
+    def static_type(self) -> TensorType:
+        """The type inference starts from: the pattern itself, a ``*name`` entry kept as an open run of dims."""
+        env: dict[str, Any] = {}
+        if self.shape.variadic_name is not None:
+            env[self.shape.variadic_name] = (Variadic(self.shape.variadic_name),)
+        return TensorType(self.shape.instantiate(env), self.dtype)
+
+    def to_spec(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"shape": self.shape.to_spec()}
+        if self.dtype != "float":
+            out["dtype"] = self.dtype
+        if self.device is not None:
+            out["device"] = self.device
+        return out

@@ -1,0 +1,303 @@
+"""Symbolic dimensions: ints, symbols (``B``) and expressions over them (``C*H*W``, ``D+E``, ``(H-3)//2+1``).
+
+A dimension (:data:`Dim`) is either a plain ``int`` or a :class:`Poly`: a polynomial with integer
+coefficients over *atoms*, where an atom is a symbol name or an opaque floor division that could not be
+simplified. Polynomials are kept in a canonical form, so two expressions that are equal by the rules of
+integer arithmetic on ``+ - *`` compare equal with ``==`` (``D+E == E+D``, ``2*(H+1) == 2*H+2``); anything
+that folds to a constant becomes an ``int``.
+
+Expressions are parsed by a small recursive-descent parser; nothing is ever ``eval``-ed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Union
+
+__all__ = [
+    "Dim",
+    "DimError",
+    "FloorDiv",
+    "Poly",
+    "dim_add",
+    "dim_floordiv",
+    "dim_mul",
+    "dim_sub",
+    "evaluate",
+    "free_symbols",
+    "parse_dim",
+    "symbol",
+]
+
+SYMBOL_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class DimError(ValueError):
+    """A dimension expression is malformed or cannot be evaluated (unbound symbol, division by zero)."""
+
+
+@dataclass(frozen=True, order=True)
+class FloorDiv:
+    """An atom for ``num // den`` that does not simplify (e.g. ``(H-1)//2``)."""
+
+    num: Dim
+    den: Dim
+
+    def __str__(self) -> str:
+        return f"({_str(self.num)})//{_wrap(self.den)}"
+
+
+Atom = Union[str, FloorDiv]
+Monomial = tuple[Atom, ...]  # sorted atoms, with repetition for powers
+
+
+def _atom_key(a: Atom) -> tuple[int, str]:
+    return (0, a) if isinstance(a, str) else (1, str(a))
+
+
+@dataclass(frozen=True)
+class Poly:
+    """A canonical integer polynomial over atoms. Construct through the ``dim_*`` functions."""
+
+    terms: tuple[tuple[Monomial, int], ...]  # sorted, no zero coefficients, at least one non-constant term
+
+    def __str__(self) -> str:
+        return _str(self)
+
+    def __repr__(self) -> str:
+        return f"Dim({_str(self)!r})"
+
+
+Dim = Union[int, Poly]
+
+
+def _make(coeffs: dict[Monomial, int]) -> Dim:
+    items = tuple(
+        sorted(((m, c) for m, c in coeffs.items() if c != 0), key=lambda mc: (not mc[0], [_atom_key(a) for a in mc[0]]))
+    )
+    if not items:
+        return 0
+    if len(items) == 1 and items[0][0] == ():
+        return items[0][1]
+    return Poly(items)
+
+
+def _coeffs(d: Dim) -> dict[Monomial, int]:
+    if isinstance(d, bool):
+        raise DimError(f"a dimension must be an int or a symbol, not {d!r}")
+    if isinstance(d, int):
+        return {(): d} if d else {}
+    return dict(d.terms)
+
+
+def symbol(name: str) -> Poly:
+    """The dimension named ``name``."""
+    if not SYMBOL_RE.match(name):
+        raise DimError(f"{name!r} is not a valid symbol name")
+    return Poly(((((name,)), 1),))
+
+
+def dim_add(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    out = _coeffs(a)
+    for m, c in _coeffs(b).items():
+        out[m] = out.get(m, 0) + c
+    return _make(out)
+
+
+def dim_sub(a: Dim, b: Dim) -> Dim:
+    return dim_add(a, dim_mul(-1, b))
+
+
+def dim_mul(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    out: dict[Monomial, int] = {}
+    for ma, ca in _coeffs(a).items():
+        for mb, cb in _coeffs(b).items():
+            m = tuple(sorted(ma + mb, key=_atom_key))
+            out[m] = out.get(m, 0) + ca * cb
+    return _make(out)
+
+
+def dim_floordiv(a: Dim, b: Dim) -> Dim:
+    if isinstance(b, int):
+        if b == 0:
+            raise DimError("division by zero in a dimension expression")
+        if isinstance(a, int):
+            return a // b
+        if b == 1:
+            return a
+        if all(c % b == 0 for _, c in a.terms):
+            return _make({m: c // b for m, c in a.terms})
+    elif a == b:
+        return 1
+    return Poly(((((FloorDiv(a, b),)), 1),))
+
+
+def free_symbols(d: Dim) -> set[str]:
+    """The symbol names ``d`` depends on."""
+    out: set[str] = set()
+    if isinstance(d, int):
+        return out
+    for m, _ in d.terms:
+        for a in m:
+            if isinstance(a, str):
+                out.add(a)
+            else:
+                out |= free_symbols(a.num) | free_symbols(a.den)
+    return out
+
+
+def evaluate(d: Dim, env: Mapping[str, int]) -> int:
+    """The value of ``d`` with symbols taken from ``env``. Raises :class:`DimError` on an unbound symbol."""
+    if isinstance(d, int):
+        return d
+    total = 0
+    for m, c in d.terms:
+        value = c
+        for a in m:
+            if isinstance(a, str):
+                try:
+                    value *= env[a]
+                except KeyError:
+                    raise DimError(f"symbol {a!r} is not bound") from None
+            else:
+                den = evaluate(a.den, env)
+                if den == 0:
+                    raise DimError("division by zero in a dimension expression")
+                value *= evaluate(a.num, env) // den
+        total += value
+    return total
+
+
+def substitute(d: Dim, env: Mapping[str, Dim]) -> Dim:
+    """``d`` with each bound symbol replaced by its (possibly symbolic) value; unbound symbols stay."""
+    if isinstance(d, int):
+        return d
+    total: Dim = 0
+    for m, c in d.terms:
+        value: Dim = c
+        for a in m:
+            if isinstance(a, str):
+                value = dim_mul(value, env.get(a, symbol(a)))
+            else:
+                value = dim_mul(value, dim_floordiv(substitute(a.num, env), substitute(a.den, env)))
+        total = dim_add(total, value)
+    return total
+
+
+# --- printing -------------------------------------------------------------------------------------------
+
+
+def _str(d: Dim) -> str:
+    if isinstance(d, int):
+        return str(d)
+    parts: list[str] = []
+    for m, c in d.terms:
+        atoms = [a if isinstance(a, str) else str(a) for a in m]
+        if not atoms:
+            body = str(abs(c))
+        elif abs(c) == 1:
+            body = "*".join(atoms)
+        else:
+            body = "*".join([str(abs(c)), *atoms])
+        if not parts:
+            parts.append(body if c > 0 else f"-{body}")
+        else:
+            parts.append(f"+{body}" if c > 0 else f"-{body}")
+    return "".join(parts)
+
+
+def _wrap(d: Dim) -> str:
+    s = _str(d)
+    return s if isinstance(d, int) or SYMBOL_RE.match(s) else f"({s})"
+
+
+# --- parsing --------------------------------------------------------------------------------------------
+
+_TOKEN_RE = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(//|[-+*()]))")
+
+
+def parse_dim(text: str | int) -> Dim:
+    """Parse ``"C*H*W"``, ``"D+E"``, ``"(H-3)//2+1"``, ``"B"`` or an int into a :data:`Dim`.
+
+    Raises:
+        DimError: on anything that is not such an expression.
+    """
+    if isinstance(text, bool):
+        raise DimError(f"a dimension must be an int or a symbol, not {text!r}")
+    if isinstance(text, int):
+        return text
+    if not isinstance(text, str):
+        raise DimError(f"a dimension must be an int or a symbol, not {type(text).__name__} {text!r}")
+    tokens: list[str] = []
+    pos = 0
+    stripped = text.rstrip()
+    while pos < len(stripped):
+        m = _TOKEN_RE.match(stripped, pos)
+        if not m:
+            raise DimError(f"cannot parse dimension {text!r} at {stripped[pos:]!r}")
+        tokens.append(m.group(m.lastindex or 0))
+        pos = m.end()
+    if not tokens:
+        raise DimError("empty dimension expression")
+    parser = _Parser(tokens, text)
+    value = parser.expr()
+    if parser.i != len(tokens):
+        raise DimError(f"cannot parse dimension {text!r}: unexpected {tokens[parser.i]!r}")
+    return value
+
+
+class _Parser:
+    def __init__(self, tokens: list[str], text: str) -> None:
+        self.tokens, self.text, self.i = tokens, text, 0
+
+    def peek(self) -> str | None:
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def take(self) -> str:
+        tok = self.peek()
+        if tok is None:
+            raise DimError(f"cannot parse dimension {self.text!r}: it ends too early")
+        self.i += 1
+        return tok
+
+    def expr(self) -> Dim:
+        value = self.term()
+        while self.peek() in ("+", "-"):
+            op = self.take()
+            rhs = self.term()
+            value = dim_add(value, rhs) if op == "+" else dim_sub(value, rhs)
+        return value
+
+    def term(self) -> Dim:
+        value = self.factor()
+        while self.peek() in ("*", "//"):
+            op = self.take()
+            rhs = self.factor()
+            value = dim_mul(value, rhs) if op == "*" else dim_floordiv(value, rhs)
+        return value
+
+    def factor(self) -> Dim:
+        tok = self.take()
+        if tok == "-":
+            return dim_mul(-1, self.factor())
+        if tok == "(":
+            value = self.expr()
+            if self.take() != ")":
+                raise DimError(f"cannot parse dimension {self.text!r}: missing ')'")
+            return value
+        if tok.isdigit():
+            return int(tok)
+        if SYMBOL_RE.match(tok):
+            return symbol(tok)
+        raise DimError(f"cannot parse dimension {self.text!r}: unexpected {tok!r}")
+
+
+def format_dim(d: Dim) -> str | int:
+    """The spec-file form of a dim: an int stays an int, anything else its canonical text."""
+    return d if isinstance(d, int) else _str(d)

@@ -1,0 +1,172 @@
+"""The one exception type hndl raises, and the problems it carries.
+
+Checks inside hndl return :class:`Problem` objects (cheap, no formatting); the public boundary collects them
+and raises a single :class:`HndlError`. Every message has the same layout::
+
+    model.yaml:12:5: E_SHAPE linear 'hidden' port 'x': dim 1 does not match in_features
+        expected: 512
+        actual:   784
+        bound:    B=32
+        hint:     drop in_features: hndl infers it from the input
+
+so users learn to read one shape of message, and tests can pin every line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CODES", "HndlError", "Problem", "describe_node"]
+
+#: Every error code hndl uses, with its meaning. The docs generator documents each one from this table.
+CODES: dict[str, str] = {
+    "E_SPEC": "malformed spec text: YAML syntax, wrong types, unknown or missing keys, bad version",
+    "E_NAME": "an invalid or duplicate name",
+    "E_REF": "a reference to an unknown input, node or port",
+    "E_CYCLE": "the graph has a cycle (the message lists it)",
+    "E_OP": "an unknown op (with a did-you-mean)",
+    "E_PARAM": "an op's parameters are missing or invalid",
+    "E_SHAPE": "static inference found a shape incompatibility",
+    "E_DTYPE": "static inference found a dtype incompatibility",
+    "E_INPUT": "call-time inputs break the graph's input contracts",
+    "E_CONTRACT": "call-time, a node's output breaks its inferred contract",
+    "E_RUNTIME": "call-time, a layer failed, or registered state no longer matches the build",
+    "E_PARAMS": "hndl-func: a parameter/buffer dict does not match the build",
+}
+
+
+def describe_node(op: str | None, node: str | None) -> str:
+    """``linear 'hidden'``, the way every message names a node."""
+    if node is None:
+        return ""
+    return f"{op} '{node}'" if op else f"node '{node}'"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return str(value)
+
+
+@dataclass
+class Problem:
+    """One thing that is wrong, with everything needed to explain it.
+
+    Attributes:
+        code: one of :data:`CODES`.
+        message: a short factual sentence, without the node or location prefix.
+        node: the node (or graph input) the problem belongs to, qualified (``blocks.2.attn``) inside subgraphs.
+        op: the node's op, used to name it (``linear 'hidden'``).
+        port: the input or output port concerned, if any.
+        expected, actual: what the contract wanted and what was found.
+        location: ``file:line:col`` of the offending spec entry, when the graph came from a file.
+        bindings: symbol bindings in force (``{"B": 32}``), shown to explain a mismatch.
+        hint: how to fix it, when there is a clear fix.
+    """
+
+    code: str
+    message: str
+    node: str | None = None
+    op: str | None = None
+    port: str | None = None
+    expected: Any = None
+    actual: Any = None
+    location: str | None = None
+    bindings: Mapping[str, Any] | None = None
+    hint: str | None = None
+
+    def headline(self) -> str:
+        """The first line: ``location: CODE op 'node' port 'p': message``."""
+        who = describe_node(self.op, self.node)
+        if self.port is not None:
+            who = f"{who} port '{self.port}'" if who else f"port '{self.port}'"
+        head = f"{self.code} {who}: {self.message}" if who else f"{self.code}: {self.message}"
+        return f"{self.location}: {head}" if self.location else head
+
+    def __str__(self) -> str:
+        lines = [self.headline()]
+        if self.expected is not None or self.actual is not None:
+            lines.append(f"    expected: {_show(self.expected)}")
+            lines.append(f"    actual:   {_show(self.actual)}")
+        if self.bindings:
+            bound = " ".join(f"{k}={_show(v)}" for k, v in sorted(self.bindings.items()))
+            lines.append(f"    bound:    {bound}")
+        if self.hint:
+            lines.append(f"    hint:     {self.hint}")
+        return "\n".join(lines)
+
+
+class HndlError(Exception):
+    """The only exception hndl raises for bad input.
+
+    Attributes:
+        code: the error code of the first problem (``"E_SHAPE"``, ...); see :data:`CODES`.
+        node: the node (or input) the first problem belongs to, or ``None``.
+        location: ``file:line:col`` of the first problem in its spec file, or ``None``.
+        port: the port of the first problem, or ``None``.
+        problems: every problem found, in the order found. A static check reports all of them at once.
+    """
+
+    def __init__(self, problems: Problem | Sequence[Problem], *, title: str | None = None) -> None:
+        if isinstance(problems, Problem):
+            problems = [problems]
+        if not problems:
+            raise ValueError("HndlError needs at least one problem")
+        self.problems: list[Problem] = list(problems)
+        first = self.problems[0]
+        self.code: str = first.code
+        self.node: str | None = first.node
+        self.location: str | None = first.location
+        self.port: str | None = first.port
+        self.title = title
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        body = "\n".join(str(p) for p in self.problems)
+        if len(self.problems) == 1 and self.title is None:
+            return body
+        title = self.title or "graph"
+        count = len(self.problems)
+        noun = "problem" if count == 1 else "problems"
+        return f"{count} {noun} in {title}:\n{body}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exceptions pickle by their args; ours are problems, so multiprocessing and pytest-xdist keep them.
+        return (HndlError, (self.problems,), {"title": self.title})
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.title = state.get("title")
+
+
+def error(code: str, message: str, **fields: Any) -> HndlError:
+    """Shorthand for a one-problem :class:`HndlError`."""
+    return HndlError(Problem(code, message, **fields))
+
+
+@dataclass
+class ProblemList:
+    """An accumulator that checks append to; raises once at the boundary."""
+
+    problems: list[Problem] = field(default_factory=list)
+
+    def add(self, code: str, message: str, **fields: Any) -> Problem:
+        p = Problem(code, message, **fields)
+        self.problems.append(p)
+        return p
+
+    def append_problem(self, problem: Problem) -> None:
+        self.problems.append(problem)
+
+    def extend(self, problems: Sequence[Problem]) -> None:
+        self.problems.extend(problems)
+
+    def __bool__(self) -> bool:
+        return bool(self.problems)
+
+    def raise_if_any(self, title: str | None = None) -> None:
+        if self.problems:
+            raise HndlError(self.problems, title=title)

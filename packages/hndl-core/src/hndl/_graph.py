@@ -1,0 +1,289 @@
+"""The graph: a name, inputs with contracts, nodes in insertion order, outputs. Pure data; no torch.
+
+Nodes refer to values by *reference strings*: ``"x"`` (a graph input or a node's only output) or
+``"node.port"`` (one output of a multi-output node; the port is its name or index). :class:`Handle` objects,
+which :meth:`Graph.input` and :meth:`Graph.add` return, are a typed way of writing those strings.
+
+Only problems that would make the graph itself ambiguous (an invalid or duplicate name) are raised here;
+everything else (unknown ops, bad parameters, dangling references, shapes) is found by the checker at
+build time, all at once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from ._contracts import Contract
+from ._errors import HndlError, Problem
+
+__all__ = ["Graph", "Handle", "InputSpec", "Node"]
+
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class Handle:
+    """A value in a graph: a graph input, a node's output, or one port of a multi-output node.
+
+    Pass handles to :meth:`Graph.add` to wire nodes together. Index a multi-output node's handle to pick a
+    port: ``q, k, v = g.add("split", x, sections=3)`` or ``h[0]``.
+    """
+
+    __slots__ = ("graph", "node", "port")
+
+    def __init__(self, graph: Graph, node: str, port: str | None = None) -> None:
+        self.graph = graph
+        self.node = node
+        self.port = port
+
+    @property
+    def ref(self) -> str:
+        """The reference string a spec file would use: ``node`` or ``node.port``."""
+        return self.node if self.port is None else f"{self.node}.{self.port}"
+
+    def __getitem__(self, port: int | str) -> Handle:
+        if self.port is not None:
+            raise HndlError(Problem("E_REF", f"{self.ref!r} is already a single port", node=self.node))
+        return Handle(self.graph, self.node, str(port))
+
+    def __iter__(self) -> Iterator[Handle]:
+        count = self.graph.output_count(self.node)
+        if count is None:
+            raise HndlError(
+                Problem(
+                    "E_REF",
+                    f"cannot unpack {self.node!r}: its number of outputs is not known before the graph is checked",
+                    node=self.node,
+                    hint="index the handle instead: h[0], h[1]",
+                )
+            )
+        return (self[i] for i in range(count))
+
+    def __repr__(self) -> str:
+        return f"Handle({self.ref!r} of graph {self.graph.name!r})"
+
+
+Ref = Union[Handle, str]
+
+
+@dataclass
+class InputSpec:
+    """A graph input: its name, contract and, for spec files, where it was written."""
+
+    name: str
+    contract: Contract
+    location: str | None = None
+
+
+@dataclass
+class Node:
+    """A node as written: op name, input references, parameters (as given, not yet validated).
+
+    ``location`` is where the node was written in a spec file; ``key_locations`` maps a parameter name (and
+    ``"in"``/``"op"``) to where that key was written, so errors point at the exact line.
+    """
+
+    name: str
+    op: str
+    inputs: list[str]
+    params: dict[str, Any]
+    location: str | None = None
+    key_locations: dict[str, str] = field(default_factory=dict)
+
+    def where(self, key: str | None = None) -> str | None:
+        """The location of ``key`` if known, else of the node."""
+        if key is not None and key in self.key_locations:
+            return self.key_locations[key]
+        return self.location
+
+
+class Graph:
+    """A model as data: inputs with contracts, named nodes, outputs, and named subgraphs.
+
+    Example:
+        >>> g = Graph("mlp")
+        >>> x = g.input("x", ("B", 784))
+        >>> h = g.add("linear", x, name="hidden", out_features=512)
+        >>> g.output(g.add("relu", h))
+        >>> list(g.nodes)
+        ['hidden', 'relu']
+    """
+
+    def __init__(self, name: str = "graph") -> None:
+        _check_name(name, "graph")
+        self.name = name
+        self.inputs: dict[str, InputSpec] = {}
+        self.nodes: dict[str, Node] = {}
+        self.outputs: list[str] = []
+        self.output_locations: list[str | None] = []
+        self.graphs: dict[str, Graph] = {}
+        #: Where the graph was loaded from (a file path or ``"<string>"``), or ``None`` for Python-built graphs.
+        self.source: str | None = None
+        #: Whether ops that import Python classes by name may be built. Python-built graphs are trusted;
+        #: :func:`hndl.load` sets this from its ``allow_imports`` argument.
+        self.allow_imports: bool = True
+        self.location: str | None = None
+        self._name_counters: dict[str, int] = {}
+
+    # -- building ---------------------------------------------------------------------------------------
+
+    def input(self, name: str, shape: Any, dtype: str | None = None, device: str | None = None) -> Handle:
+        """Declare an input with a contract and return its handle.
+
+        Args:
+            name: the input's name; positional call arguments bind in declaration order.
+            shape: a shape pattern such as ``("B", 784)``, ``("*batch", "D")`` or ``"B T D"``.
+            dtype: a dtype (``"int64"``) or category (``"float"``, ``"int"``, ``"any"``); any float by default.
+            device: ``"cpu"``, ``"cuda"``, ... to pin the input's device; any device by default.
+
+        Raises:
+            HndlError: E_NAME for an invalid or taken name, E_SPEC for a malformed contract.
+        """
+        self._claim(name, "input")
+        try:
+            contract = Contract.make(shape, dtype, device)
+        except ValueError as exc:
+            raise HndlError(Problem("E_SPEC", str(exc), node=name)) from None
+        self.inputs[name] = InputSpec(name, contract)
+        return Handle(self, name)
+
+    def add(self, op: str, *inputs: Ref | Sequence[Ref], name: str | None = None, **params: Any) -> Handle:
+        """Add a node running ``op`` on ``inputs`` and return its handle.
+
+        Args:
+            op: a registered op name (``"linear"``, ``"relu"``, ``"graph"``, ...).
+            *inputs: handles (or reference strings) of the values it consumes; a list counts as several.
+            name: the node's name; generated from the op (``linear``, ``linear_1``, ...) when omitted.
+            **params: the op's parameters. Parameters that follow from shapes (``in_features``) are inferred.
+                For ``op="graph"``, ``graph=`` may be a :class:`Graph`, which is added to :attr:`graphs`.
+
+        Raises:
+            HndlError: E_NAME for an invalid or taken name, E_REF for a handle of another graph.
+        """
+        if not isinstance(op, str):
+            raise HndlError(Problem("E_OP", f"op must be a string such as 'linear', not {op!r}"))
+        if name is None:
+            name = self._fresh_name(op)
+        self._claim(name, "node")
+        refs: list[str] = []
+        for item in inputs:
+            items = item if isinstance(item, (list, tuple)) else [item]
+            refs.extend(self._ref(r, name) for r in items)
+        if "graph" in params and isinstance(params["graph"], Graph):
+            params["graph"] = self.add_subgraph(params["graph"])
+        self.nodes[name] = Node(name, op, refs, dict(params))
+        return Handle(self, name)
+
+    def output(self, *values: Ref | Sequence[Ref]) -> None:
+        """Declare the graph's outputs, in order. May be called several times; outputs accumulate."""
+        for item in values:
+            items = item if isinstance(item, (list, tuple)) else [item]
+            for r in items:
+                self.outputs.append(self._ref(r, None))
+                self.output_locations.append(None)
+
+    def add_subgraph(self, graph: Graph) -> str:
+        """Make ``graph`` usable as ``{op: graph, graph: <name>}`` in this graph; returns its name."""
+        existing = self.graphs.get(graph.name)
+        if existing is not None and existing is not graph:
+            raise HndlError(Problem("E_NAME", f"a different subgraph named {graph.name!r} is already defined"))
+        self.graphs[graph.name] = graph
+        for sub in graph.graphs.values():
+            if sub.name not in self.graphs:
+                self.graphs[sub.name] = sub
+        return graph.name
+
+    # -- queries ----------------------------------------------------------------------------------------
+
+    def output_count(self, node: str) -> int | None:
+        """How many outputs ``node`` has, if its op can say so from its parameters alone."""
+        from ._registry import registry
+
+        n = self.nodes.get(node)
+        if n is None:
+            return 1 if node in self.inputs else None
+        opdef = registry.find(n.op)
+        if opdef is None:
+            return None
+        try:
+            return opdef.output_count(n.params, self)
+        except Exception:  # unvalidated params: the checker will report them
+            return None
+
+    def where(self, name: str) -> str | None:
+        if name in self.nodes:
+            return self.nodes[name].location
+        if name in self.inputs:
+            return self.inputs[name].location
+        return None
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}, inputs={list(self.inputs)}, nodes={len(self.nodes)}, outputs={self.outputs})"
+
+    # -- helpers ----------------------------------------------------------------------------------------
+
+    def _claim(self, name: Any, kind: str, location: str | None = None) -> None:
+        _check_name(name, kind, location)
+        if name in self.inputs or name in self.nodes:
+            taken = "an input" if name in self.inputs else "a node"
+            raise HndlError(
+                Problem(
+                    "E_NAME",
+                    f"{kind} name {name!r} is already taken by {taken}",
+                    node=name,
+                    location=location,
+                    hint="names of inputs and nodes share one namespace; pick another",
+                )
+            )
+
+    def _fresh_name(self, op: str) -> str:
+        base = re.sub(r"\W", "_", op) or "node"
+        if not base[0].isalpha() and base[0] != "_":
+            base = f"n_{base}"
+        if base not in self.nodes and base not in self.inputs:
+            return base
+        # Remember where the count got to, so adding many unnamed nodes stays linear.
+        i = self._name_counters.get(base, 1)
+        while f"{base}_{i}" in self.nodes or f"{base}_{i}" in self.inputs:
+            i += 1
+        self._name_counters[base] = i + 1
+        return f"{base}_{i}"
+
+    def _ref(self, value: Ref, node: str | None) -> str:
+        if isinstance(value, Handle):
+            if value.graph is not self:
+                raise HndlError(
+                    Problem(
+                        "E_REF",
+                        f"handle {value.ref!r} belongs to graph {value.graph.name!r}, not {self.name!r}",
+                        node=node,
+                        hint="use a graph node (op 'graph') to compose graphs",
+                    )
+                )
+            return value.ref
+        if isinstance(value, str):
+            return value
+        raise HndlError(
+            Problem("E_REF", f"an input must be a handle or a reference string, not {type(value).__name__}", node=node)
+        )
+
+
+def _check_name(name: Any, kind: str, location: str | None = None) -> None:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise HndlError(
+            Problem(
+                "E_NAME",
+                f"{kind} name {name!r} is not valid",
+                node=name if isinstance(name, str) else None,
+                location=location,
+                hint="use letters, digits and underscores, not starting with a digit",
+            )
+        )
+
+
+def split_ref(ref: str) -> tuple[str, str | None]:
+    """``"node.port"`` -> ``("node", "port")``; ``"node"`` -> ``("node", None)``."""
+    node, dot, port = ref.partition(".")
+    return node, (port if dot else None)

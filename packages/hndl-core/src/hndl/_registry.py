@@ -1,0 +1,444 @@
+"""The op registry: what each node kind accepts, how its output is inferred, and how it is built.
+
+An op is declared once, with its parameter schema, its ports and their contracts, an inference rule and a
+builder; the checker, the builder, the spec loader and the docs generator all read the same declaration.
+Built-in ops and user ops are registered the same way, with :func:`op`::
+
+    @hndl.op(
+        "scale",
+        params=[hndl.Param("factor", "float", default=1.0, doc="the multiplier")],
+        inputs=[hndl.Port("x", ["*shape"])],
+        outputs=[hndl.Port("y", ["*shape"], dtype="same:x")],
+        module="hndl.torch.layers.Scale",
+    )
+    def scale(p, inputs):
+        '''Multiply by a constant.'''
+        from mylib import Scale
+        return Scale(p.factor)
+
+Plugins register ops from an entry point in the ``hndl.ops`` group; the registry loads them the first time
+it is asked for an op it does not know, or for the list of all ops.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._contracts import ShapePattern, TensorType, parse_dtype_rule
+
+__all__ = ["REQUIRED", "InferError", "OpDef", "Param", "Params", "Port", "op", "registry"]
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+#: Default of a parameter that must be given (unless it is ``inferred`` from shapes).
+REQUIRED: Any = _Required()
+
+#: Parameter types the schema understands, with how the docs describe them.
+PARAM_TYPES: dict[str, str] = {
+    "int": "integer",
+    "float": "number",
+    "bool": "true or false",
+    "str": "string",
+    "ints": "list of integers",
+    "int_or_pair": "integer, or a list of two integers",
+    "shape": "list of integers (-1 once, for 'the rest')",
+    "dtype": "dtype name such as float32",
+    "mapping": "mapping of keyword arguments",
+    "graph": "name of a graph in the spec's graphs section",
+}
+
+
+class InferError(Exception):
+    """Raised by an op's inference rule; the checker turns it into a located :class:`~hndl.Problem`."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "E_SHAPE",
+        port: str | None = None,
+        param: str | None = None,
+        expected: Any = None,
+        actual: Any = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.port = port
+        self.param = param
+        self.expected = expected
+        self.actual = actual
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of an op.
+
+    Attributes:
+        name: the key in a spec file and the keyword in :meth:`Graph.add`.
+        type: one of :data:`PARAM_TYPES`.
+        default: the value when omitted; :data:`REQUIRED` if it must be given.
+        doc: one line for the reference docs.
+        min, max: inclusive bounds for numbers (and for each int of a list).
+        choices: allowed values.
+        inferred: the value follows from input shapes; it may be given, and must then agree.
+        nullable: ``None`` is an allowed value.
+    """
+
+    name: str
+    type: str
+    default: Any = REQUIRED
+    doc: str = ""
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[Any, ...] | None = None
+    inferred: bool = False
+    nullable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.type not in PARAM_TYPES:
+            raise ValueError(f"unknown parameter type {self.type!r}; use one of {', '.join(PARAM_TYPES)}")
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED and not self.inferred
+
+    def validate(self, value: Any) -> tuple[Any, str]:
+        """Normalise ``value``; returns ``(value, "")`` or ``(None, reason)``."""
+        if value is None:
+            return (None, "") if self.nullable else (None, "must not be null")
+        t = self.type
+        if t in ("int", "float"):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+            if t == "float" and isinstance(value, float):
+                ok = True
+            if not ok:
+                return None, f"must be {PARAM_TYPES[t]}, got {_kind(value)} {value!r}"
+            return self._bounds(value)
+        if t == "bool":
+            return (value, "") if isinstance(value, bool) else (None, f"must be true or false, got {value!r}")
+        if t in ("str", "graph", "dtype"):
+            if not isinstance(value, str):
+                return None, f"must be a string, got {_kind(value)} {value!r}"
+            if t == "dtype":
+                try:
+                    value = parse_dtype_rule(value)
+                except ValueError as exc:
+                    return None, str(exc)
+            return self._choices(value)
+        if t == "int_or_pair":
+            if isinstance(value, int) and not isinstance(value, bool):
+                value = (value, value)
+            if not _int_list(value) or len(value) != 2:
+                return None, f"must be an integer or a list of two integers, got {value!r}"
+            return self._bounds(tuple(value))
+        if t in ("ints", "shape"):
+            if not _int_list(value):
+                return None, f"must be a list of integers, got {value!r}"
+            value = tuple(value)
+            if t == "shape":
+                if sum(v == -1 for v in value) > 1:
+                    return None, f"may contain -1 at most once, got {list(value)}"
+                if any(v < -1 for v in value):
+                    return None, f"entries must be positive or -1, got {list(value)}"
+                return value, ""
+            return self._bounds(value)
+        if t == "mapping":
+            if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+                return None, f"must be a mapping with string keys, got {value!r}"
+            return dict(value), ""
+        raise AssertionError(t)
+
+    def _bounds(self, value: Any) -> tuple[Any, str]:
+        items = value if isinstance(value, tuple) else (value,)
+        for v in items:
+            if self.min is not None and v < self.min:
+                return None, f"must be >= {_num(self.min)}, got {_show(value)}"
+            if self.max is not None and v > self.max:
+                return None, f"must be <= {_num(self.max)}, got {_show(value)}"
+        return self._choices(value)
+
+    def _choices(self, value: Any) -> tuple[Any, str]:
+        if self.choices is not None and value not in self.choices:
+            options = ", ".join(repr(c) for c in self.choices)
+            return None, f"must be one of {options}, got {value!r}"
+        return value, ""
+
+
+def _int_list(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+def _kind(value: Any) -> str:
+    return {str: "string", bool: "boolean", list: "list", dict: "mapping", float: "number"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _show(value: Any) -> str:
+    return str(list(value)) if isinstance(value, tuple) else repr(value)
+
+
+@dataclass(frozen=True)
+class Port:
+    """An input or output port with its contract.
+
+    Attributes:
+        name: the port's name (output ports are referenced as ``node.name`` or ``node.index``).
+        shape: a shape pattern; names of the op's parameters may appear in it (``["*batch", "in_features"]``).
+            ``None`` accepts any shape.
+        dtype: a dtype rule (``"float"``, ``"int"``, ``"any"``, a dtype, or ``"same:<input port>"``).
+        doc: one line for the reference docs.
+        variadic: an input port that takes one or more values (``concat``); must be the last input port.
+    """
+
+    name: str
+    shape: Any = None
+    dtype: str = "float"
+    doc: str = ""
+    variadic: bool = False
+
+    @property
+    def pattern(self) -> ShapePattern | None:
+        return None if self.shape is None else ShapePattern.parse(self.shape)
+
+
+class Params(Mapping[str, Any]):
+    """An op's validated parameters, readable as ``p.out_features`` or ``p["out_features"]``."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        object.__setattr__(self, "_values", dict(values))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"no parameter {name!r}") from None
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Params({self._values!r})"
+
+    def replace(self, **changes: Any) -> Params:
+        return Params({**self._values, **changes})
+
+
+InferFn = Callable[[Params, Sequence[TensorType]], Sequence[TensorType]]
+BuildFn = Callable[[Params, Sequence[TensorType]], Any]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """The full declaration of an op. Usually made with the :func:`op` decorator.
+
+    Attributes:
+        name: the op's name in specs and :meth:`Graph.add`.
+        build: ``build(params, input_types) -> torch.nn.Module``. Imports torch itself, so that describing
+            and checking graphs never needs torch.
+        doc: the op's documentation (the builder's docstring); its first line is the summary.
+        params, inputs, outputs: the schema and the ports with their contracts.
+        infer: ``infer(params, input_types) -> output_types``, raising :class:`InferError`. When omitted,
+            the outputs' shape patterns are filled in from the symbols the inputs bound.
+        derive: ``derive(params) -> dict`` of extra names the patterns may use (``kernel_h`` from
+            ``kernel_size``), computed after validation.
+        module: what the builder makes, for the docs (``"torch.nn.Linear"``).
+        inference: the inference rule in words, for the docs (defaults to a description of the patterns).
+        example: an example node for the docs, as a spec mapping without ``in``.
+        count_outputs: ``count_outputs(params) -> int`` for ops whose output count depends on parameters.
+        input_shape_example: an input shape for the docs example (spec form).
+    """
+
+    name: str
+    build: BuildFn
+    doc: str = ""
+    params: tuple[Param, ...] = ()
+    inputs: tuple[Port, ...] = ()
+    outputs: tuple[Port, ...] = (Port("y", None),)
+    infer: InferFn | None = None
+    derive: Callable[[Params], Mapping[str, Any]] | None = None
+    module: str = ""
+    inference: str = ""
+    example: Mapping[str, Any] = field(default_factory=dict)
+    count_outputs: Callable[[Mapping[str, Any]], int] | None = None
+    input_shape_example: Sequence[Any] | None = None
+
+    @property
+    def summary(self) -> str:
+        return self.doc.strip().splitlines()[0] if self.doc.strip() else ""
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+    def output_count(self, params: Mapping[str, Any], graph: Any = None) -> int:
+        if self.count_outputs is not None:
+            return int(self.count_outputs(params))
+        return len(self.outputs)
+
+    def output_names(self, params: Mapping[str, Any]) -> list[str]:
+        count = self.output_count(params)
+        if self.count_outputs is None and len(self.outputs) == count:
+            return [p.name for p in self.outputs]
+        return [str(i) for i in range(count)]
+
+    def describe_inference(self) -> str:
+        """The inference rule in words, for docs."""
+        if self.inference:
+            return self.inference
+        ins = ", ".join(f"{p.name} {ShapePattern.parse(p.shape)}" for p in self.inputs if p.shape is not None)
+        outs = ", ".join(
+            f"{p.name} {ShapePattern.parse(p.shape) if p.shape is not None else 'any'} ({p.dtype})"
+            for p in self.outputs
+        )
+        return f"binds symbols from {ins or 'its inputs'}; produces {outs}"
+
+
+class Registry:
+    """Op name -> :class:`OpDef`. One instance, :data:`registry`, serves the whole process."""
+
+    def __init__(self) -> None:
+        self._ops: dict[str, OpDef] = {}
+        self._plugins_loaded = False
+        self.plugin_errors: list[str] = []
+
+    def register(self, opdef: OpDef, *, replace: bool = False) -> OpDef:
+        """Add ``opdef``. Registering a name twice is an error unless ``replace`` is true."""
+        _validate_opdef(opdef)
+        if opdef.name in self._ops and not replace and self._ops[opdef.name] is not opdef:
+            raise ValueError(f"op {opdef.name!r} is already registered; pass replace=True to override it")
+        self._ops[opdef.name] = opdef
+        return opdef
+
+    def unregister(self, name: str) -> None:
+        self._ops.pop(name, None)
+
+    def find(self, name: str) -> OpDef | None:
+        opdef = self._ops.get(name)
+        if opdef is None and not self._plugins_loaded:
+            self.load_plugins()
+            opdef = self._ops.get(name)
+        return opdef
+
+    def suggest(self, name: str) -> str | None:
+        """The closest registered op name, for a did-you-mean."""
+        close = difflib.get_close_matches(name, list(self.names()), n=1, cutoff=0.6)
+        return close[0] if close else None
+
+    def names(self) -> list[str]:
+        if not self._plugins_loaded:
+            self.load_plugins()
+        return sorted(self._ops)
+
+    def __iter__(self) -> Iterator[OpDef]:
+        return (self._ops[n] for n in self.names())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.find(name) is not None
+
+    def load_plugins(self) -> None:
+        """Import every ``hndl.ops`` entry point once. A broken plugin warns and is skipped."""
+        self._plugins_loaded = True
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group="hndl.ops"):
+            try:
+                loaded = ep.load()
+                if callable(loaded) and not isinstance(loaded, OpDef):
+                    loaded = loaded()
+                for item in _opdefs(loaded):
+                    self.register(item, replace=True)
+            except Exception as exc:  # a plugin's bug must not break every other model
+                message = f"hndl: plugin {ep.name!r} ({ep.value}) failed to load: {exc!r}"
+                self.plugin_errors.append(message)
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
+
+
+def _opdefs(loaded: Any) -> Iterable[OpDef]:
+    if isinstance(loaded, OpDef):
+        return [loaded]
+    if isinstance(loaded, (list, tuple)):
+        return [x for x in loaded if isinstance(x, OpDef)]
+    return []
+
+
+def _validate_opdef(opdef: OpDef) -> None:
+    names = [p.name for p in opdef.inputs]
+    for port in opdef.inputs[:-1]:
+        if port.variadic:
+            raise ValueError(f"op {opdef.name!r}: only the last input port may be variadic")
+    for port in (*opdef.inputs, *opdef.outputs):
+        if port.shape is not None:
+            ShapePattern.parse(port.shape)
+        parse_dtype_rule(port.dtype, ports=names)
+
+
+#: The process-wide op registry.
+registry = Registry()
+
+
+def op(
+    name: str,
+    *,
+    params: Sequence[Param] = (),
+    inputs: Sequence[Port] = (Port("x"),),
+    outputs: Sequence[Port] = (Port("y", None, dtype="same:x"),),
+    infer: InferFn | None = None,
+    derive: Callable[[Params], Mapping[str, Any]] | None = None,
+    module: str = "",
+    inference: str = "",
+    example: Mapping[str, Any] | None = None,
+    count_outputs: Callable[[Mapping[str, Any]], int] | None = None,
+    input_shape_example: Sequence[Any] | None = None,
+    replace: bool = False,
+) -> Callable[[BuildFn], BuildFn]:
+    """Register the decorated builder as op ``name``. See :class:`OpDef` for the arguments.
+
+    The builder's docstring becomes the op's documentation. Returns the builder unchanged.
+    """
+
+    def decorate(build: BuildFn) -> BuildFn:
+        registry.register(
+            OpDef(
+                name=name,
+                build=build,
+                doc=inspect.cleandoc(build.__doc__ or ""),
+                params=tuple(params),
+                inputs=tuple(inputs),
+                outputs=tuple(outputs),
+                infer=infer,
+                derive=derive,
+                module=module,
+                inference=inference,
+                example=dict(example or {}),
+                count_outputs=count_outputs,
+                input_shape_example=input_shape_example,
+            ),
+            replace=replace,
+        )
+        return build
+
+    return decorate

@@ -1,0 +1,74 @@
+"""Composition ops: a named subgraph used as a node (``graph``), and a trusted escape hatch (``module``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .._contracts import TensorType
+from .._registry import InferError, Param, Params, Port, op
+
+
+def _no_build(p: Params, inputs: Sequence[TensorType]) -> Any:
+    raise AssertionError("graph nodes are built by the GraphModule builder, not by an op builder")
+
+
+op(
+    "graph",
+    params=[
+        Param("graph", "graph", doc="name of the graph (under 'graphs:') to run"),
+        Param("repeat", "int", default=1, min=1, doc="run the graph this many times, each with its own weights"),
+    ],
+    inputs=[Port("inputs", None, dtype="any", doc="one value per input of the graph", variadic=True)],
+    outputs=[Port("outputs", None, dtype="any", doc="the graph's outputs, in declared order")],
+    module="torch.nn.ModuleList of torch.nn.ModuleDict (one per repetition, keys n_<node>)",
+    inference=(
+        "checks each input against the subgraph's input contract, then infers through the subgraph; with "
+        "repeat, each repetition's outputs feed the next, and each repetition infers its own parameters"
+    ),
+    example={"op": "graph", "graph": "block", "repeat": 4},
+    input_shape_example=["B", "T", 64],
+)(_no_build)
+# The builder above only documents the op; GraphModule construction expands subgraphs itself.
+_no_build.__doc__ = None
+
+
+def _module_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    if p.shape is None:
+        return [TensorType(inputs[0].shape, inputs[0].dtype)]
+    return [TensorType(tuple(p.shape), inputs[0].dtype)]
+
+
+def _build_module(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Any ``torch.nn.Module`` class, imported by name (``package.module:Class``) and built with ``kwargs``.
+
+    Loading a spec never imports anything: a spec that uses this op only builds when it was loaded with
+    ``hndl.load(..., allow_imports=True)`` (Python-built graphs are trusted). The output shape is not inferred:
+    it is the input's shape unless ``shape`` declares it.
+    """
+    import importlib
+
+    module_name, _, attr = p.target.partition(":")
+    try:
+        cls: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            cls = getattr(cls, part)
+    except (ImportError, AttributeError) as exc:
+        raise InferError(f"cannot import {p.target!r}: {exc}", code="E_PARAM", param="target") from None
+    return cls(**p.kwargs)
+
+
+op(
+    "module",
+    params=[
+        Param("target", "str", doc="the class to build, as 'package.module:Class'"),
+        Param("kwargs", "mapping", default={}, doc="keyword arguments for the class"),
+        Param("shape", "ints", default=None, nullable=True, min=0, doc="the output shape, when it is not the input's"),
+    ],
+    inputs=[Port("x", None, dtype="any")],
+    outputs=[Port("y", None, dtype="same:x")],
+    infer=_module_infer,
+    module="whatever 'target' names",
+    inference="output shape is the input's, or the declared 'shape'; dtype is the input's",
+    example={"op": "module", "target": "torch.nn:Tanhshrink"},
+)(_build_module)
