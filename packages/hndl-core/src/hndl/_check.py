@@ -258,7 +258,7 @@ class _Checker:
         ok = True
         values: dict[str, Any] = {}
         known = {p.name for p in opdef.params}
-        for key, value in node.params.items():
+        for key in node.params:
             if key not in known:
                 ok = False
                 import difflib

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from ._dims import Dim, DimError, Poly, format_dim, free_symbols, parse_dim, substitute
 
@@ -94,7 +94,7 @@ def dtype_satisfies(actual: str, rule: str) -> bool | None:
 
 # --- shape patterns -------------------------------------------------------------------------------------
 
-Entry = Union[int, str]  # as written: 784, "B", "*batch", "C*H*W"
+Entry = int | str  # as written: 784, "B", "*batch", "C*H*W"
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ class ShapePattern:
             k = self.variadic
             head, tail = list(self.dims[:k]), list(self.dims[k + 1 :])
             if len(head) <= len(prefix) and len(tail) <= len(suffix):
-                var = tuple(prefix[len(head) :]) + (shape[open_at],) + tuple(suffix[: len(suffix) - len(tail)])
+                var = (*tuple(prefix[len(head) :]), shape[open_at], *tuple(suffix[: len(suffix) - len(tail)]))
                 name = self.variadic_name
                 assert name is not None
                 if name not in env:

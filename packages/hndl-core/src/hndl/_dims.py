@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Union
 
 __all__ = [
     "Dim",
@@ -49,7 +48,7 @@ class FloorDiv:
         return f"({_str(self.num)})//{_wrap(self.den)}"
 
 
-Atom = Union[str, FloorDiv]
+Atom = str | FloorDiv
 Monomial = tuple[Atom, ...]  # sorted atoms, with repetition for powers
 
 
@@ -70,7 +69,7 @@ class Poly:
         return f"Dim({_str(self)!r})"
 
 
-Dim = Union[int, Poly]
+Dim = int | Poly
 
 
 def _make(coeffs: dict[Monomial, int]) -> Dim:

@@ -12,9 +12,9 @@ build time, all at once.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from ._contracts import Contract
 from ._errors import HndlError, Problem
@@ -65,7 +65,7 @@ class Handle:
         return f"Handle({self.ref!r} of graph {self.graph.name!r})"
 
 
-Ref = Union[Handle, str]
+Ref = Handle | str
 
 
 @dataclass

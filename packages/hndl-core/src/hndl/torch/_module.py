@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
 from .._check import CheckedGraph, flatten, resolve_outputs
