@@ -12,6 +12,7 @@ from torch import nn
 from .._check import CheckedGraph, flatten, resolve_outputs
 from .._errors import HndlError, Problem
 from .._graph import Graph
+from ._state import BuildState
 
 
 class GraphModule(nn.Module):
@@ -25,6 +26,7 @@ class GraphModule(nn.Module):
         self._steps = flatten(checked)
         self._input_names = tuple(checked.input_names)
         self._output_ids = tuple(resolve_outputs(checked))
+        self._build_state = BuildState.take(self, checked)
 
     def _module_at(self, path: tuple[str, ...]) -> nn.Module:
         module: Any = self.nodes

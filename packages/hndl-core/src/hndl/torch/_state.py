@@ -1,0 +1,219 @@
+"""What the build made: every module, parameter and buffer of a GraphModule, and which node owns it.
+
+:class:`BuildState` is taken once, right after the modules are built. The runtime compares the live module
+tree against it when a call is validated ("registered state no longer matches the build"), and hndl-func
+checks parameter dicts against it. It stores names, shapes and dtypes, never tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._check import CheckedGraph, flatten
+
+__all__ = ["BuildState", "ModuleSlot", "TensorSlot"]
+
+
+@dataclass(frozen=True)
+class TensorSlot:
+    """A parameter or buffer as built. ``shape`` is ``None`` where the build registered ``None``."""
+
+    name: str  # dotted, as in state_dict: "nodes.n_hidden.weight"
+    kind: str  # "parameter" or "buffer"
+    shape: tuple[int, ...] | None
+    dtype: torch.dtype | None
+    node: str | None  # qualified node name that owns it
+    op: str | None
+
+
+@dataclass(frozen=True)
+class ModuleSlot:
+    """A module as built: its class and the names it registered."""
+
+    path: str  # dotted; "" for the GraphModule itself
+    type: type
+    parameters: tuple[str, ...]
+    buffers: tuple[str, ...]
+    children: tuple[str, ...]
+    node: str | None
+    op: str | None
+
+
+class BuildState:
+    """The registered state of a freshly built GraphModule, keyed by dotted name."""
+
+    def __init__(self, modules: dict[str, ModuleSlot], tensors: dict[str, TensorSlot], graph_name: str) -> None:
+        self.modules = modules
+        self.tensors = tensors
+        self.graph_name = graph_name
+
+    @classmethod
+    def take(cls, root: nn.Module, checked: CheckedGraph) -> BuildState:
+        owners: dict[str, tuple[str, str]] = {}
+        for step in flatten(checked):
+            owners["nodes." + ".".join(step.node.path)] = (step.node.qualname, step.node.op)
+        modules: dict[str, ModuleSlot] = {}
+        tensors: dict[str, TensorSlot] = {}
+        for path, module in _walk(root):
+            node, op = _owner(path, owners)
+            modules[path] = ModuleSlot(
+                path=path,
+                type=type(module),
+                parameters=tuple(module._parameters),
+                buffers=tuple(module._buffers),
+                children=tuple(module._modules),
+                node=node,
+                op=op,
+            )
+            for kind, store in (("parameter", module._parameters), ("buffer", module._buffers)):
+                for name, value in store.items():
+                    full = f"{path}.{name}" if path else name
+                    tensors[full] = TensorSlot(
+                        name=full,
+                        kind=kind,
+                        shape=None if value is None else tuple(value.shape),
+                        dtype=None if value is None else value.dtype,
+                        node=node,
+                        op=op,
+                    )
+        return cls(modules, tensors, checked.graph.name)
+
+    def refresh_dtypes(self, root: nn.Module) -> None:
+        """Adopt the live dtypes (after ``.half()``, ``.to(dtype)``): a conversion is not a mismatch."""
+        live = dict(_named_tensors(root))
+        for name, slot in list(self.tensors.items()):
+            value = live.get(name)
+            if value is not None and slot.shape is not None:
+                self.tensors[name] = TensorSlot(slot.name, slot.kind, slot.shape, value.dtype, slot.node, slot.op)
+
+    def owner_of(self, name: str) -> tuple[str | None, str | None]:
+        """The (node, op) owning a dotted module/tensor name, or ``(None, None)`` for the graph itself."""
+        slot = self.tensors.get(name) or self.modules.get(name)
+        if slot is not None:
+            return slot.node, slot.op
+        parent = name.rpartition(".")[0]
+        while parent:
+            if parent in self.modules:
+                return self.modules[parent].node, self.modules[parent].op
+            parent = parent.rpartition(".")[0]
+        return None, None
+
+    def diff(self, root: nn.Module) -> list[tuple[str | None, str | None, str]]:
+        """How the live tree differs from the build: ``(node, op, change)`` per difference, in tree order.
+
+        Detected: a module added, removed, set to ``None`` or replaced by another class; a parameter or
+        buffer added, removed, set to ``None``, or given another shape. A same-class replacement with the
+        same names and shapes, and a dtype/device conversion, match the build.
+        """
+        changes: list[tuple[str | None, str | None, str]] = []
+        seen: set[str] = set()
+        stack: list[tuple[str, Any]] = [("", root)]
+        while stack:
+            path, module = stack.pop()
+            seen.add(path)
+            expected = self.modules.get(path)
+            what = f"submodule '{path}'" if path else f"graph '{self.graph_name}'"
+            if expected is None:
+                node, op = self.owner_of(path)
+                changes.append((node, op, f"{what} was added ({type(module).__name__})"))
+                continue
+            if type(module) is not expected.type:
+                changes.append(
+                    (
+                        expected.node,
+                        expected.op,
+                        f"{what} was replaced: the build made {expected.type.__name__}, now it is {type(module).__name__}",
+                    )
+                )
+                continue
+            for kind, store, names in (
+                ("parameter", module._parameters, expected.parameters),
+                ("buffer", module._buffers, expected.buffers),
+            ):
+                for name in names:
+                    full = f"{path}.{name}" if path else name
+                    slot = self.tensors[full]
+                    if name not in store:
+                        changes.append((slot.node, slot.op, f"{kind} '{full}' was removed"))
+                        continue
+                    value = store[name]
+                    if value is None and slot.shape is not None:
+                        changes.append((slot.node, slot.op, f"{kind} '{full}' was set to None"))
+                    elif value is not None and slot.shape is None:
+                        changes.append((slot.node, slot.op, f"{kind} '{full}' was None in the build and is now set"))
+                    elif value is not None and tuple(value.shape) != slot.shape:
+                        changes.append(
+                            (
+                                slot.node,
+                                slot.op,
+                                f"{kind} '{full}' has shape {list(value.shape)}, the build made {list(slot.shape or ())}",
+                            )
+                        )
+                for name in store:
+                    if name not in names:
+                        full = f"{path}.{name}" if path else name
+                        node, op = self.owner_of(full)
+                        changes.append((node, op, f"{kind} '{full}' was added"))
+            for name in expected.children:
+                child_path = f"{path}.{name}" if path else name
+                if name not in module._modules:
+                    changes.append((*self.owner_of(child_path), f"submodule '{child_path}' was removed"))
+                elif module._modules[name] is None:
+                    changes.append((*self.owner_of(child_path), f"submodule '{child_path}' was set to None"))
+            for name, child in reversed(list(module._modules.items())):
+                child_path = f"{path}.{name}" if path else name
+                if child is not None and (name in expected.children or child_path not in self.modules):
+                    stack.append((child_path, child))
+        return changes
+
+    def check_tensor(self, name: str, value: Any) -> str:
+        """Why ``value`` cannot stand in for the built tensor ``name``, or ``""`` when it can."""
+        slot = self.tensors.get(name)
+        if slot is None:
+            return f"'{name}' is not a parameter or buffer of the build"
+        if not isinstance(value, torch.Tensor):
+            return f"'{name}' must be a tensor, got {type(value).__name__}"
+        if slot.shape is not None and tuple(value.shape) != slot.shape:
+            return f"'{name}' has shape {list(value.shape)}, the build made {list(slot.shape)}"
+        if slot.dtype is not None and value.dtype != slot.dtype:
+            return f"'{name}' has dtype {_dtype(value.dtype)}, the build made {_dtype(slot.dtype)}"
+        return ""
+
+    def names(self, kind: str | None = None) -> list[str]:
+        return [n for n, s in self.tensors.items() if kind is None or s.kind == kind]
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _walk(root: nn.Module) -> Iterator[tuple[str, nn.Module]]:
+    stack: list[tuple[str, nn.Module]] = [("", root)]
+    while stack:
+        path, module = stack.pop()
+        yield path, module
+        for name, child in reversed(list(module._modules.items())):
+            if child is not None:
+                stack.append((f"{path}.{name}" if path else name, child))
+
+
+def _named_tensors(root: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    for path, module in _walk(root):
+        for store in (module._parameters, module._buffers):
+            for name, value in store.items():
+                if value is not None:
+                    yield (f"{path}.{name}" if path else name), value
+
+
+def _owner(path: str, owners: Mapping[str, tuple[str, str]]) -> tuple[str | None, str | None]:
+    probe = path
+    while probe:
+        if probe in owners:
+            return owners[probe]
+        probe = probe.rpartition(".")[0]
+    return None, None
