@@ -383,10 +383,10 @@ class _Checker:
         import difflib
 
         close = difflib.get_close_matches(name, [*ids, *g.nodes], n=1, cutoff=0.6)
-        subject = f"node {qual!r}" if qual else "outputs"
+        subject = "refers" if qual else "outputs refer"
         self.problems.add(
             "E_REF",
-            f"{subject} refers to unknown {'input or node'} {ref!r}",
+            f"{subject} to unknown input or node {ref!r}",
             node=qual,
             op=op,
             location=where,
@@ -487,7 +487,8 @@ class _Checker:
             if p.inferred and values.get(p.name) is None:
                 bound = env.get(p.name)
                 if isinstance(bound, int):
-                    values[p.name] = bound
+                    # A list-typed parameter (layernorm's normalized_shape) inferred from one dim is that dim.
+                    values[p.name] = (bound,) if p.type in ("ints", "shape") else bound
                     continue
                 if bound is None:
                     problem(

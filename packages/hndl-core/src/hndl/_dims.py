@@ -45,7 +45,7 @@ class FloorDiv:
     den: Dim
 
     def __str__(self) -> str:
-        return f"({_str(self.num)})//{_wrap(self.den)}"
+        return f"{_wrap(self.num)}//{_wrap(self.den)}"
 
 
 Atom = str | FloorDiv
@@ -197,7 +197,9 @@ def _str(d: Dim) -> str:
         return str(d)
     parts: list[str] = []
     for m, c in d.terms:
-        atoms = [a if isinstance(a, str) else str(a) for a in m]
+        # A floor division next to another factor or a sign needs parentheses: 2*(H//2) is not (2*H)//2.
+        lone = len(m) == 1 and c == 1
+        atoms = [a if isinstance(a, str) else (str(a) if lone else f"({a})") for a in m]
         if not atoms:
             body = str(abs(c))
         elif abs(c) == 1:

@@ -213,9 +213,13 @@ class Port:
     doc: str = ""
     variadic: bool = False
 
+    def __post_init__(self) -> None:
+        # Parsed once here: inference reads the pattern for every node that uses the op.
+        object.__setattr__(self, "_pattern", None if self.shape is None else ShapePattern.parse(self.shape))
+
     @property
     def pattern(self) -> ShapePattern | None:
-        return None if self.shape is None else ShapePattern.parse(self.shape)
+        return self._pattern  # type: ignore[attr-defined, no-any-return]
 
 
 class Params(Mapping[str, Any]):

@@ -1,0 +1,145 @@
+"""The op registry: user ops registered like built-ins, schemas validated, plugins loaded from entry points."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import hndl
+from hndl._registry import Registry
+
+
+@pytest.fixture
+def scale_op():
+    @hndl.op(
+        "test_scale",
+        params=[hndl.Param("factor", "float", default=2.0, min=0, doc="the multiplier")],
+        inputs=[hndl.Port("x", ["*shape"])],
+        outputs=[hndl.Port("y", ["*shape"], dtype="same:x")],
+        module="Scale",
+        example={"op": "test_scale", "factor": 3.0},
+    )
+    def build(p, inputs):
+        """Multiply by a constant factor."""
+
+        class Scale(torch.nn.Module):
+            def __init__(self, factor: float) -> None:
+                super().__init__()
+                self.factor = factor
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return x * self.factor
+
+        return Scale(p.factor)
+
+    yield hndl.registry.find("test_scale")
+    hndl.registry.unregister("test_scale")
+
+
+def test_a_user_op_builds_and_runs_like_a_builtin(scale_op):
+    assert scale_op.summary == "Multiply by a constant factor."
+    g = hndl.Graph()
+    x = g.input("x", ("B", 3))
+    g.output(g.add("test_scale", x, name="s", factor=0.5))
+    model = hndl.build(g)
+    out = model(torch.ones(2, 3))
+    assert torch.equal(out, torch.full((2, 3), 0.5))
+    assert str(hndl.check(g).output_types[0]) == "[B, 3] float"
+
+
+def test_user_op_params_are_validated_from_the_schema(scale_op):
+    g = hndl.Graph()
+    g.output(g.add("test_scale", g.input("x", ("B", 3)), name="s", factor=-1))
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.check(g)
+    assert info.value.code == "E_PARAM"
+    assert info.value.problems[0].message == "parameter 'factor' must be >= 0, got -1"
+
+
+def test_registering_a_name_twice_needs_replace(scale_op):
+    with pytest.raises(ValueError, match="already registered"):
+        hndl.op("test_scale")(lambda p, i: None)
+
+
+def test_bad_schemas_are_refused_at_registration():
+    with pytest.raises(ValueError, match="unknown parameter type"):
+        hndl.Param("n", "integer")
+    with pytest.raises(ValueError, match="only the last input port may be variadic"):
+        hndl.op("test_bad_ports", inputs=[hndl.Port("a", variadic=True), hndl.Port("b")])(lambda p, i: None)
+    with pytest.raises(ValueError, match="unknown dtype"):
+        hndl.op("test_bad_dtype", inputs=[hndl.Port("a", dtype="float33")])(lambda p, i: None)
+    assert hndl.registry.find("test_bad_ports") is None
+
+
+def test_a_builder_that_raises_becomes_e_param():
+    @hndl.op("test_explodes")
+    def build(p, inputs):
+        """Always fails."""
+        raise RuntimeError("kaboom")
+
+    try:
+        g = hndl.Graph()
+        g.output(g.add("test_explodes", g.input("x", ("B", 3)), name="e"))
+        with pytest.raises(hndl.HndlError) as info:
+            hndl.build(g)
+        assert info.value.code == "E_PARAM"
+        assert info.value.problems[0].message == "building the layer failed: RuntimeError: kaboom"
+    finally:
+        hndl.registry.unregister("test_explodes")
+
+
+def test_a_builder_must_return_a_module():
+    @hndl.op("test_not_module")
+    def build(p, inputs):
+        """Returns the wrong thing."""
+        return 42
+
+    try:
+        g = hndl.Graph()
+        g.output(g.add("test_not_module", g.input("x", ("B", 3)), name="e"))
+        with pytest.raises(hndl.HndlError, match="returned int, not a torch.nn.Module"):
+            hndl.build(g)
+    finally:
+        hndl.registry.unregister("test_not_module")
+
+
+def _install_plugin(tmp_path, monkeypatch, body: str) -> Registry:
+    """A fake installed distribution whose `hndl.ops` entry point is `myplugin:register`."""
+    (tmp_path / "myplugin.py").write_text(textwrap.dedent(body))
+    dist = tmp_path / "myplugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: myplugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[hndl.ops]\nmyplugin = myplugin:register\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "myplugin", raising=False)
+    return Registry()
+
+
+def test_plugins_register_ops_from_the_entry_point_group(tmp_path, monkeypatch):
+    reg = _install_plugin(
+        tmp_path,
+        monkeypatch,
+        """
+        import hndl
+
+        def register():
+            def build(p, inputs):
+                '''Plugin op.'''
+                import torch
+                return torch.nn.Identity()
+            return [hndl.OpDef(name="plugin_identity", build=build, doc="Plugin op.",
+                               inputs=(hndl.Port("x"),), outputs=(hndl.Port("y", None, dtype="same:x"),))]
+        """,
+    )
+    assert reg.find("plugin_identity") is not None
+    assert "plugin_identity" in reg.names()
+
+
+def test_a_broken_plugin_warns_and_does_not_break_the_registry(tmp_path, monkeypatch):
+    reg = _install_plugin(tmp_path, monkeypatch, "def register():\n    raise RuntimeError('broken plugin')\n")
+    with pytest.warns(RuntimeWarning, match="plugin 'myplugin'"):
+        assert reg.find("anything") is None
+    assert "broken plugin" in reg.plugin_errors[0]
