@@ -143,3 +143,15 @@ def test_a_broken_plugin_warns_and_does_not_break_the_registry(tmp_path, monkeyp
     with pytest.warns(RuntimeWarning, match="plugin 'myplugin'"):
         assert reg.find("anything") is None
     assert "broken plugin" in reg.plugin_errors[0]
+
+
+def test_regression_params_deepcopy_recursed_forever():
+    """copy.deepcopy of a GraphModule hit RecursionError: Params.__getattr__ read _values before it existed."""
+    import copy
+    import pickle
+
+    p = hndl.Params({"out_features": 3})
+    assert copy.deepcopy(p).out_features == 3
+    assert pickle.loads(pickle.dumps(p)) == p
+    with pytest.raises(AttributeError, match="no parameter 'missing'"):
+        p.missing  # noqa: B018

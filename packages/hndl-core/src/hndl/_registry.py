@@ -231,10 +231,16 @@ class Params(Mapping[str, Any]):
         object.__setattr__(self, "_values", dict(values))
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_values":
+            # copy/pickle probe dunders on instances made without __init__; never recurse into _values.
+            raise AttributeError(name)
         try:
             return self._values[name]
         except KeyError:
             raise AttributeError(f"no parameter {name!r}") from None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Params, (self._values,))
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
