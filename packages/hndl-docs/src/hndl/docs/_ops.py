@@ -1,0 +1,230 @@
+"""Op reference pages, one per op in :data:`hndl.registry` (built-in and plugin ops alike)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import hndl
+from hndl._contracts import DTYPES, ShapePattern
+from hndl._registry import PARAM_TYPES, REQUIRED, OpDef, Param, Port
+
+from ._text import HEADER, code, flow, indent, table
+
+#: Input shape used for an op's example when the op declares none.
+DEFAULT_INPUT_SHAPE: tuple[Any, ...] = ("B", 16)
+_SAFE = re.compile(r"[^A-Za-z0-9_]")
+
+
+def page_name(opdef: OpDef) -> str:
+    return _SAFE.sub("_", opdef.name) or "op"
+
+
+def origin(opdef: OpDef) -> str:
+    """The module that registered the op: ``hndl.ops._dense`` for built-ins, the plugin's module otherwise."""
+    return getattr(opdef.build, "__module__", None) or "?"
+
+
+def op_pages(ops: Sequence[OpDef]) -> dict[str, str]:
+    pages = {f"ops/{page_name(o)}.md": op_page(o) for o in ops}
+    pages["ops/index.md"] = index_page(ops)
+    return pages
+
+
+def index_page(ops: Sequence[OpDef]) -> str:
+    out = [HEADER, "# Ops\n\n"]
+    out.append(
+        f"{len(ops)} ops are registered in this installation: the built-in ones and those of any installed "
+        "plugin (entry-point group `hndl.ops`). Each page is generated from the op's declaration: its builder's "
+        "docstring, parameter schema, port contracts and inference rule.\n\n"
+    )
+    rows = []
+    for o in ops:
+        where = "built-in" if origin(o).startswith("hndl.") else f"plugin `{origin(o)}`"
+        rows.append([f"[`{o.name}`]({page_name(o)}.md)", o.summary or "(no docstring)", code(o.module or "?"), where])
+    out.append(table(["op", "summary", "builds", "from"], rows))
+    out.append("\n```{toctree}\n:hidden:\n\n")
+    out += [f"{page_name(o)}\n" for o in ops]
+    out.append("```\n")
+    return "".join(out)
+
+
+def op_page(o: OpDef) -> str:
+    out = [HEADER, f"# `{o.name}`\n\n"]
+    doc = o.doc.strip()
+    out.append(f"{doc}\n\n" if doc else "*This op's builder has no docstring.*\n\n")
+    out.append(f"- **Builds:** {code(o.module) if o.module else 'not declared'}\n")
+    out.append(f"- **Registered by:** `{origin(o)}`\n\n")
+    out.append("## Parameters\n\n")
+    if o.params:
+        out.append(table(["name", "type", "default", "constraints", "description"], [_param_row(p) for p in o.params]))
+        if any(p.inferred for p in o.params):
+            out.append(
+                "\n*Inferred* parameters follow from the input shapes; they may be written, and must then agree.\n"
+            )
+    else:
+        out.append("None.\n")
+    out.append("\n## Ports\n\n")
+    rows = [_port_row("input", p) for p in o.inputs] + [_port_row("output", p) for p in o.outputs]
+    out.append(table(["port", "direction", "shape", "dtype", "description"], rows))
+    if o.count_outputs is not None:
+        out.append("\nThe number of outputs depends on the parameters; they are referenced by index (`node.0`).\n")
+    out.append(
+        "\nNames in a shape are symbols bound per call, or the op's parameters (and values derived from them).\n"
+    )
+    out.append("\n## Inference\n\n")
+    out.append(o.describe_inference().strip() + "\n")
+    out.append("\n## Example\n\n")
+    out.append(example_section(o))
+    return "".join(out)
+
+
+def _param_row(p: Param) -> list[str]:
+    if p.inferred:
+        default = "inferred" if p.default is REQUIRED else f"{flow(p.default)} (or inferred)"
+    elif p.default is REQUIRED:
+        default = "required"
+    else:
+        default = flow(p.default)
+    rules = []
+    if p.min is not None:
+        rules.append(f">= {_num(p.min)}")
+    if p.max is not None:
+        rules.append(f"<= {_num(p.max)}")
+    if p.choices is not None:
+        rules.append("one of " + ", ".join(flow(c) for c in p.choices))
+    if p.nullable:
+        rules.append("may be null")
+    return [code(p.name), f"`{p.type}`: {PARAM_TYPES[p.type]}", default, "; ".join(rules) or "", p.doc]
+
+
+def _port_row(direction: str, p: Port) -> list[str]:
+    shape = code(str(ShapePattern.parse(p.shape))) if p.shape is not None else "any"
+    name = code(p.name) + (" (one or more)" if p.variadic else "")
+    return [name, direction, shape, code(p.dtype), p.doc]
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+# --- the example -------------------------------------------------------------------------------------------
+
+
+def example_section(o: OpDef) -> str:
+    if not o.example and any(p.required for p in o.params):
+        return "*This op declares no example.*\n"
+    ex = build_example(o)
+    out = ["```yaml\n", ex["yaml"], "```\n\n", "In Python:\n\n```python\n", ex["python"], "```\n\n"]
+    if ex["error"] is None:
+        outs = ", ".join(f"{code(n)}: {code(t)}" for n, t in ex["outputs"])
+        out.append(f"Checked with hndl: the node's output is {outs}.\n")
+    else:
+        out.append("**This example does not check:**\n\n```text\n" + ex["error"] + "\n```\n")
+    return "".join(out)
+
+
+def build_example(o: OpDef) -> dict[str, Any]:
+    """The op's example as spec text and Python, and what checking it infers."""
+    node = {k: v for k, v in (o.example or {"op": o.name}).items() if k not in ("in", "op")}
+    shape = list(o.input_shape_example if o.input_shape_example is not None else DEFAULT_INPUT_SHAPE)
+    graph_params = [p.name for p in o.params if p.type == "graph"]
+    inputs: list[tuple[str, dict[str, Any]]] = []
+    for port in o.inputs:
+        contract: dict[str, Any] = {"shape": shape}
+        dtype = _example_dtype(port.dtype)
+        if dtype is not None:
+            contract["dtype"] = dtype
+        count = (1 if graph_params else 2) if port.variadic else 1
+        names = [port.name] if count == 1 else [f"{port.name}{i}" for i in range(count)]
+        inputs += [(n, dict(contract)) for n in names]
+    name = page_name(o) if page_name(o)[0].isalpha() else "node"
+    if any(name == n for n, _ in inputs):
+        name = f"{name}_node"
+    refs = [n for n, _ in inputs]
+
+    block = _example_block(shape) if graph_params else None
+    lines = ["hndl: 1\n", f"name: {name}_example\n", "inputs:\n"]
+    lines += [f"  {n}: {flow(c)}\n" for n, c in inputs]
+    if block is not None:
+        lines.append("graphs:\n")
+        for gname in sorted({str(node.get(p, "block")) for p in graph_params}):
+            lines.append(f"  {gname}:\n" + indent(block["yaml"], "    ") + "\n")
+    in_value: Any = refs[0] if len(refs) == 1 else refs
+    try:
+        ports = o.output_names(node)
+    except Exception:  # parameters the op cannot count outputs from: the check below will say why
+        ports = [p.name for p in o.outputs]
+    outs = [name] if len(ports) == 1 else [f"{name}.{p}" for p in ports]
+    lines += ["nodes:\n", f"  {name}: {flow({'op': o.name, 'in': in_value, **node})}\n", f"outputs: {flow(outs)}\n"]
+
+    py = ["import hndl\n\n", f"g = hndl.Graph({name + '_example'!r})\n"]
+    for n, c in inputs:
+        dt = f", dtype={c['dtype']!r}" if "dtype" in c else ""
+        py.append(f"{n} = g.input({n!r}, {tuple(c['shape'])!r}{dt})\n")
+    kwargs = "".join(f", {k}={v!r}" for k, v in node.items())
+    if len(outs) == 1:
+        py.append(f"g.output(g.add({o.name!r}, {', '.join(refs)}, name={name!r}{kwargs}))\n")
+    else:
+        py.append(f"node = g.add({o.name!r}, {', '.join(refs)}, name={name!r}{kwargs})\n")
+        py.append("g.output(" + ", ".join(f"node[{int(p) if p.isdigit() else p!r}]" for p in ports) + ")\n")
+    if block is not None:
+        sub = []
+        for gname in sorted({str(node.get(p, "block")) for p in graph_params}):
+            sub += [
+                f"{gname} = hndl.Graph({gname!r})\n",
+                f"{gname}.output({gname}.add('linear', {gname}.input('x', {tuple(shape)!r}), name='ff', "
+                f"out_features={_block_width(shape)}))\n",
+                f"g.add_subgraph({gname})\n",
+            ]
+        py[2:2] = sub
+
+    error: str | None = None
+    outputs: list[tuple[str, str]] = []
+    try:
+        g = hndl.Graph(f"{name}_example")
+        handles = [g.input(n, tuple(c["shape"]), dtype=c.get("dtype")) for n, c in inputs]
+        for gname in sorted({str(node.get(p, "block")) for p in graph_params}):
+            g.add_subgraph(_example_block_graph(gname, shape))
+        handle = g.add(o.name, *handles, name=name, **node)
+        g.output(*([handle] if len(outs) == 1 else [handle[p] for p in ports]))
+        checked = hndl.check(g)
+        cn = checked.nodes[-1]
+        names = o.output_names(cn.params)
+        outputs = [(f"{name}.{n}" if len(names) > 1 else name, str(t)) for n, t in zip(names, cn.out_types)]
+    except hndl.HndlError as exc:
+        error = str(exc)
+    return {"yaml": "".join(lines), "python": "".join(py), "error": error, "outputs": outputs}
+
+
+def _example_dtype(rule: str) -> str | None:
+    if rule in DTYPES:
+        return rule
+    if rule == "int":
+        return "int64"
+    return None
+
+
+def _block_width(shape: Sequence[Any]) -> int:
+    last = shape[-1] if shape else None
+    return last if isinstance(last, int) and last > 0 else 16
+
+
+def _example_block(shape: Sequence[Any]) -> dict[str, str]:
+    """A one-layer subgraph for ops that take a ``graph`` parameter; its output matches its input."""
+    text = (
+        "inputs:\n"
+        f"  x: {flow({'shape': list(shape)})}\n"
+        "nodes:\n"
+        f"  ff: {flow({'op': 'linear', 'in': 'x', 'out_features': _block_width(shape)})}\n"
+        "outputs: [ff]"
+    )
+    return {"yaml": text}
+
+
+def _example_block_graph(name: str, shape: Sequence[Any]) -> hndl.Graph:
+    sub = hndl.Graph(name)
+    x = sub.input("x", tuple(shape))
+    sub.output(sub.add("linear", x, name="ff", out_features=_block_width(shape)))
+    return sub
