@@ -32,6 +32,8 @@ from ._registry import Params as Params
 from ._registry import Port as Port
 from ._registry import op as op
 from ._registry import registry as registry
+from ._spec import dumps as dumps
+from ._spec import load as load
 
 if TYPE_CHECKING:
     from .torch import GraphModule
@@ -56,6 +58,8 @@ __all__ = [
     "TensorType",
     "build",
     "check",
+    "dumps",
+    "load",
     "op",
     "registry",
 ]

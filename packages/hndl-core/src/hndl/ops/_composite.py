@@ -9,7 +9,15 @@ from .._contracts import TensorType
 from .._registry import InferError, Param, Params, Port, op
 
 
-def _no_build(p: Params, inputs: Sequence[TensorType]) -> Any:
+def _build_graph(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Run a named subgraph as one node, ``repeat`` times in sequence, each repetition with its own weights.
+
+    The subgraph's input contracts are checked against the node's inputs, and every repetition is inferred on
+    its own, so parameters such as ``in_features`` may differ between the first repetition and the rest.
+    Inside, nodes are named ``<node>.<repetition>.<inner node>`` (``blocks.2.attn``) in messages, and their
+    modules live under ``nodes.n_<node>.<repetition>.n_<inner node>``.
+    """
+    # Graph nodes are expanded by the GraphModule builder (torch/_build.py), never built through this function.
     raise AssertionError("graph nodes are built by the GraphModule builder, not by an op builder")
 
 
@@ -17,7 +25,14 @@ op(
     "graph",
     params=[
         Param("graph", "graph", doc="name of the graph (under 'graphs:') to run"),
-        Param("repeat", "int", default=1, min=1, doc="run the graph this many times, each with its own weights"),
+        Param(
+            "repeat",
+            "int",
+            default=1,
+            min=1,
+            max=1000,
+            doc="run the graph this many times, each with its own weights (at most 1000)",
+        ),
     ],
     inputs=[Port("inputs", None, dtype="any", doc="one value per input of the graph", variadic=True)],
     outputs=[Port("outputs", None, dtype="any", doc="the graph's outputs, in declared order")],
@@ -28,9 +43,7 @@ op(
     ),
     example={"op": "graph", "graph": "block", "repeat": 4},
     input_shape_example=["B", "T", 64],
-)(_no_build)
-# The builder above only documents the op; GraphModule construction expands subgraphs itself.
-_no_build.__doc__ = None
+)(_build_graph)
 
 
 def _module_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:

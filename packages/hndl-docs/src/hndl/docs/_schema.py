@@ -122,7 +122,7 @@ def spec_schema(ops: Sequence[OpDef]) -> dict[str, Any]:
             },
             **graph_body,
         },
-        "required": ["hndl", "nodes", "outputs"],
+        "required": ["hndl", "inputs", "nodes", "outputs"],
         "additionalProperties": False,
         "$defs": {
             "name": {
@@ -140,8 +140,9 @@ def spec_schema(ops: Sequence[OpDef]) -> dict[str, Any]:
                 "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1}],
             },
             "shape": {
-                "description": "a shape pattern: a list of dims, or one string of dims separated by spaces",
-                "anyOf": [{"type": "array", "items": {"$ref": "#/$defs/dim"}}, {"type": "string"}],
+                "description": "a shape pattern: a list of dims",
+                "type": "array",
+                "items": {"$ref": "#/$defs/dim"},
             },
             "dtype": {
                 "description": "a dtype or a dtype category",
@@ -161,8 +162,8 @@ def spec_schema(ops: Sequence[OpDef]) -> dict[str, Any]:
             "graph": {
                 "description": "a subgraph: inputs, nodes and outputs, as at the top level",
                 "type": "object",
-                "properties": {"name": {"$ref": "#/$defs/name"}, **graph_body},
-                "required": ["nodes", "outputs"],
+                "properties": graph_body,
+                "required": ["inputs", "nodes", "outputs"],
                 "additionalProperties": False,
             },
             "node": {

@@ -1,0 +1,234 @@
+"""The ``hndl`` command: check spec files, and summarise the model one describes.
+
+::
+
+    hndl check FILE...     every problem in every file, as file:line:col: CODE op 'node': message
+    hndl summary FILE      one row per leaf node: op, inferred shapes, parameter count; then totals
+
+Also runnable as ``python -m hndl``. Exit status: 0 when everything checked out, 1 when a file has problems
+(or cannot be read), 2 for a usage error. Output is plain text, the same on a terminal and in a pipe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from . import __version__
+from ._check import CheckedGraph, check, flatten
+from ._contracts import format_shape
+from ._errors import HndlError, Problem
+from ._graph import Graph
+from ._spec import load
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``hndl`` command with ``argv`` (``sys.argv[1:]`` by default) and return its exit status."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(None if argv is None else list(argv))
+    except SystemExit as exc:  # --help, --version and usage errors: argparse has printed what it had to say
+        return exc.code if isinstance(exc.code, int) else 2
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    out = sys.stdout
+    try:
+        if args.command == "check":
+            return _check_files(args.files, allow_imports=args.allow_imports, out=out)
+        return _summary(args.file, allow_imports=args.allow_imports, out=out)
+    except BrokenPipeError:
+        # `hndl summary big.yaml | head`: the reader left; say nothing more, and keep Python from
+        # complaining about the closed pipe while it shuts down.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hndl",
+        description="Check hndl spec files and summarise the models they describe.",
+        epilog="Exit status: 0 all good, 1 problems found, 2 usage error.",
+    )
+    parser.add_argument("--version", action="version", version=f"hndl {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    imports_help = "let op 'module' import the Python classes it names (only for files you trust)"
+
+    check_cmd = commands.add_parser(
+        "check",
+        help="check spec files and list every problem",
+        description="Load and check each spec file: structure, ops, parameters, references, shapes and dtypes. "
+        "Prints 'FILE: OK (N nodes)' per good file, and every problem as file:line:col: CODE op 'node': message.",
+    )
+    check_cmd.add_argument("files", nargs="+", metavar="FILE", help="spec files (.yaml, .yml or .json)")
+    check_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
+
+    summary_cmd = commands.add_parser(
+        "summary",
+        help="a table of the model's nodes, shapes and parameter counts",
+        description="Check a spec file, build its model, and print one row per leaf node (qualified name, op, "
+        "inferred input and output shapes, parameter count) with totals.",
+    )
+    summary_cmd.add_argument("file", metavar="FILE", help="a spec file")
+    summary_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
+    return parser
+
+
+# --- loading, checking, building ---------------------------------------------------------------------------
+
+
+class _Failed(Exception):
+    """A file could not be loaded, checked or built; ``problems`` say why."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__(problems)
+        self.problems = problems
+
+
+def _prepare(file: str, *, allow_imports: bool) -> tuple[Graph, CheckedGraph, Any]:
+    """Load, check and build ``file``; raises :class:`_Failed` with every problem found."""
+    try:
+        # A Path, so that a name without a .yaml suffix is never mistaken for spec text.
+        graph = load(Path(file), allow_imports=allow_imports)
+        checked = check(graph)
+        model = _build(graph)
+    except HndlError as exc:
+        raise _Failed(exc.problems) from None
+    return graph, checked, model
+
+
+def _build(graph: Graph) -> Any:
+    """Build the model to find what only the layers' constructors reject, and to count parameters.
+
+    The build runs on PyTorch's ``meta`` device, which allocates no memory, so checking a model with billions
+    of parameters is as quick as checking a small one. A builder that cannot run on ``meta`` gets a real build,
+    which also reports the true problem if there is one.
+    """
+    import torch
+
+    from . import build
+
+    try:
+        with torch.device("meta"):
+            return build(graph)
+    except Exception:
+        return build(graph)
+
+
+def _render(problem: Problem, file: str) -> str:
+    text = str(problem)
+    # Every line starts with where the problem is, so editors and grep can jump to it.
+    return text if problem.location else f"{file}: {text}"
+
+
+def _leaf_count(checked: CheckedGraph) -> int:
+    return len(flatten(checked))
+
+
+# --- check -------------------------------------------------------------------------------------------------
+
+
+def _check_files(files: Sequence[str], *, allow_imports: bool, out: IO[str]) -> int:
+    problems = 0
+    failed_files = 0
+    for file in files:
+        try:
+            _, checked, _ = _prepare(file, allow_imports=allow_imports)
+        except _Failed as exc:
+            failed_files += 1
+            problems += len(exc.problems)
+            for problem in exc.problems:
+                print(_render(problem, file), file=out)
+            continue
+        count = _leaf_count(checked)
+        print(f"{file}: OK ({count} node{'' if count == 1 else 's'})", file=out)
+    if problems:
+        noun = "problem" if problems == 1 else "problems"
+        where = "file" if failed_files == 1 else "files"
+        print(f"Found {problems} {noun} in {failed_files} {where}.", file=out)
+        return 1
+    return 0
+
+
+# --- summary -----------------------------------------------------------------------------------------------
+
+
+def _summary(file: str, *, allow_imports: bool, out: IO[str]) -> int:
+    try:
+        graph, checked, model = _prepare(file, allow_imports=allow_imports)
+    except _Failed as exc:
+        for problem in exc.problems:
+            print(_render(problem, file), file=out)
+        noun = "problem" if len(exc.problems) == 1 else "problems"
+        print(f"Found {len(exc.problems)} {noun} in 1 file.", file=out)
+        return 1
+    for line in summary_lines(graph, checked, model, file):
+        print(line, file=out)
+    return 0
+
+
+def summary_lines(graph: Graph, checked: CheckedGraph, model: Any, file: str) -> list[str]:
+    """The text of ``hndl summary``: a header, one row per leaf node, and totals."""
+    steps = flatten(checked)
+    rows: list[tuple[str, ...]] = []
+    for step in steps:
+        node = step.node
+        module = _module_at(model, node.path)
+        count = 0 if module is None else sum(p.numel() for p in module.parameters())
+        rows.append(
+            (
+                node.qualname,
+                node.op,
+                ", ".join(format_shape(t.shape) for t in node.in_types),
+                ", ".join(format_shape(t.shape) for t in node.out_types),
+                f"{count:,}",
+            )
+        )
+    total = sum(p.numel() for p in model.parameters())
+    inputs = ", ".join(f"{name} {format_shape(t.shape)}" for name, t in zip(checked.input_names, _input_types(checked)))
+    outputs = ", ".join(f"{ref} {format_shape(t.shape)}" for ref, t in zip(graph.outputs, checked.output_types))
+    lines = [f"{graph.name} ({file})", f"inputs:  {inputs or 'none'}", f"outputs: {outputs or 'none'}", ""]
+    lines += _table(("node", "op", "input shape", "output shape", "params"), rows, right=(4,))
+    noun = "node" if len(rows) == 1 else "nodes"
+    lines.append(f"{len(rows)} {noun}, {total:,} parameters")
+    return lines
+
+
+def _input_types(checked: CheckedGraph) -> list[Any]:
+    return [checked.types[v] for v in checked.input_ids]
+
+
+def _module_at(model: Any, path: Sequence[str]) -> Any:
+    module = model.nodes
+    try:
+        for key in path:
+            module = module[int(key)] if key.isdigit() else module[key]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return module
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> list[str]:
+    """Plain-text columns sized to their widest cell: nothing is truncated, whatever the terminal width."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(cells, widths))]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return [line(header), rule, *(line(r) for r in rows), rule]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,277 @@
+"""The ``hndl`` command: check and summary, run in-process through main(), and once as the installed script."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import hndl
+from hndl.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+GOOD = sorted(p for p in EXAMPLES.glob("*.yaml") if p.name != "broken.yaml")
+BROKEN = EXAMPLES / "broken.yaml"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_the_examples_are_the_ones_the_docs_promise() -> None:
+    assert [p.name for p in GOOD] == [
+        "conv_stack.yaml",
+        "mlp.yaml",
+        "resnet_basic_block.yaml",
+        "transformer_block.yaml",
+        "vit_patch_embedding.yaml",
+    ]
+
+
+# --- check -------------------------------------------------------------------------------------------------
+
+
+def test_check_passes_every_good_example(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "check", *GOOD)
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        f"{EXAMPLES / 'conv_stack.yaml'}: OK (12 nodes)",
+        f"{EXAMPLES / 'mlp.yaml'}: OK (4 nodes)",
+        f"{EXAMPLES / 'resnet_basic_block.yaml'}: OK (7 nodes)",
+        f"{EXAMPLES / 'transformer_block.yaml'}: OK (33 nodes)",
+        f"{EXAMPLES / 'vit_patch_embedding.yaml'}: OK (5 nodes)",
+    ]
+
+
+def test_check_lists_every_problem_of_broken_yaml(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "check", BROKEN)
+    assert code == 1
+    headlines = [line for line in out.splitlines() if not line.startswith(" ")]
+    b = str(BROKEN)
+    assert headlines == [
+        f"{b}:10:12: E_OP node 'act': unknown op 'reluu'",
+        f"{b}:11:21: E_SHAPE add 'gate' port 'b': 'a' [B, 512] and 'b' [B, 100] do not broadcast: "
+        "dim -1 is 512 in 'a' and 100 in 'b'",
+        f"{b}:12:24: E_REF linear 'out': refers to unknown input or node 'hiden'",
+        f"{b}:13:37: E_PARAM dropout 'drop': parameter 'p' must be <= 1, got 1.5",
+        "Found 4 problems in 1 file.",
+    ]
+    assert "    hint:     did you mean 'relu'?" in out
+    assert "    hint:     did you mean 'hidden'?" in out
+    assert "    actual:   [B, 100]" in out
+
+
+def test_check_reports_good_and_bad_files_together(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "check", EXAMPLES / "mlp.yaml", BROKEN)
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0] == f"{EXAMPLES / 'mlp.yaml'}: OK (4 nodes)"
+    assert lines[-1] == "Found 4 problems in 1 file."
+
+
+def test_check_reports_structural_problems_with_locations(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("hndl: 2\ninputs:\n  x: {shape: [B, 4]}\nnodes:\n  a: {in: x}\noutputs: [a]\n")
+    code, out, _ = run(capsys, "check", spec)
+    assert code == 1
+    assert out.splitlines() == [
+        f"{spec}:1:7: E_SPEC: unsupported format version 2",
+        "    hint:     this hndl reads 'hndl: 1'",
+        f"{spec}:5:3: E_SPEC node 'a': missing key 'op'",
+        "    hint:     add op: <name>, e.g. op: linear",
+        "Found 2 problems in 1 file.",
+    ]
+
+
+def test_check_reports_a_syntax_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "syntax.yml"
+    spec.write_text("hndl: 1\nnodes: {a: [\n")
+    code, out, _ = run(capsys, "check", spec)
+    assert code == 1
+    assert out.startswith(f"{spec}:3:1: E_SPEC: YAML syntax error: ")
+
+
+def test_check_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "missing.yaml"
+    code, out, _ = run(capsys, "check", missing)
+    assert code == 1
+    assert out.splitlines() == [
+        f"{missing}: E_SPEC: spec file '{missing}' does not exist",
+        "Found 1 problem in 1 file.",
+    ]
+
+
+def test_check_reads_any_file_name_as_a_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "model"
+    spec.write_text((EXAMPLES / "mlp.yaml").read_text())
+    code, out, _ = run(capsys, "check", spec)
+    assert (code, out) == (0, f"{spec}: OK (4 nodes)\n")
+    code, out, _ = run(capsys, "check", tmp_path / "not_there")
+    assert code == 1
+    assert "does not exist" in out
+
+
+def test_check_and_allow_imports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "imports.yaml"
+    spec.write_text(
+        textwrap.dedent(
+            """\
+            hndl: 1
+            inputs: {x: {shape: [B, 4]}}
+            nodes:
+              act: {op: module, in: x, target: "torch.nn:Tanh"}
+            outputs: [act]
+            """
+        )
+    )
+    code, out, _ = run(capsys, "check", spec)
+    assert code == 1
+    assert out.splitlines()[0] == (
+        f"{spec}:4:28: E_PARAM module 'act': importing 'torch.nn:Tanh' is refused: "
+        "this spec was loaded without allow_imports"
+    )
+    code, out, _ = run(capsys, "check", "--allow-imports", spec)
+    assert (code, out) == (0, f"{spec}: OK (1 node)\n")
+    code, out, _ = run(capsys, "summary", "--allow-imports", spec)
+    assert code == 0
+    assert "act   module  [B, 4]       [B, 4]" in out
+
+
+def test_check_finds_what_only_the_layer_constructor_rejects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The static check cannot know what torch.nn.Tanh accepts; building (on the meta device) does.
+    spec = tmp_path / "ctor.yaml"
+    spec.write_text(
+        "hndl: 1\ninputs: {x: {shape: [B, 4]}}\n"
+        "nodes:\n  act: {op: module, in: x, target: 'torch.nn:Tanh', kwargs: {nonsense: 1}}\noutputs: [act]\n"
+    )
+    code, out, _ = run(capsys, "check", "--allow-imports", spec)
+    assert code == 1
+    assert out.startswith(f"{spec}:4:3: E_PARAM module 'act': building the layer failed: TypeError:")
+
+
+# --- summary -----------------------------------------------------------------------------------------------
+
+
+def test_summary_of_the_mlp(capsys: pytest.CaptureFixture[str]) -> None:
+    path = EXAMPLES / "mlp.yaml"
+    code, out, err = run(capsys, "summary", path)
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        f"mlp ({path})",
+        "inputs:  x [B, 784]",
+        "outputs: out [B, 10]",
+        "",
+        "node    op       input shape  output shape   params",
+        "------  -------  -----------  ------------  -------",
+        "hidden  linear   [B, 784]     [B, 512]      401,920",
+        "act     relu     [B, 512]     [B, 512]            0",
+        "drop    dropout  [B, 512]     [B, 512]            0",
+        "out     linear   [B, 512]     [B, 10]         5,130",
+        "------  -------  -----------  ------------  -------",
+        "4 nodes, 407,050 parameters",
+    ]
+
+
+def test_summary_counts_match_the_built_model(capsys: pytest.CaptureFixture[str]) -> None:
+    path = EXAMPLES / "transformer_block.yaml"
+    code, out, _ = run(capsys, "summary", path)
+    assert code == 0
+    model = hndl.build(hndl.load(path))
+    total = sum(p.numel() for p in model.parameters())
+    lines = out.splitlines()
+    assert lines[-1] == f"33 nodes, {total:,} parameters"
+    rows = {line.split()[0]: line for line in lines[6:-2]}
+    assert list(rows)[:3] == ["blocks.0.ln1", "blocks.0.attn", "blocks.0.res1"]
+    assert "blocks.3.res2" in rows
+    attn = sum(p.numel() for p in model.nodes["n_blocks"][2]["n_attn"].parameters())
+    assert rows["blocks.2.attn"].split() == [
+        "blocks.2.attn",
+        "attention",
+        "[B,",
+        "T,",
+        "128]",
+        "[B,",
+        "T,",
+        "128]",
+        f"{attn:,}",
+    ]
+    assert rows["blocks.0.res1"].split()[2:] == ["[B,", "T,", "128],", "[B,", "T,", "128]", "[B,", "T,", "128]", "0"]
+    # Every row is as wide as the table: nothing is cut off or wrapped.
+    rule = lines[5]
+    assert all(len(line) <= len(rule) for line in lines[4:-1])
+
+
+def test_summary_is_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(capsys, "summary", EXAMPLES / "conv_stack.yaml")
+    assert "\x1b" not in out
+    assert "fc      linear       [B, 4096]" in out
+
+
+def test_summary_of_a_broken_file(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "summary", BROKEN)
+    assert code == 1
+    assert out.splitlines()[0] == f"{BROKEN}:10:12: E_OP node 'act': unknown op 'reluu'"
+    assert out.splitlines()[-1] == "Found 4 problems in 1 file."
+
+
+# --- usage -------------------------------------------------------------------------------------------------
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--version")
+    assert (code, out) == (0, f"hndl {hndl.__version__}\n")
+
+
+def test_help(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    assert out.startswith("usage: hndl ")
+    assert "check" in out
+    assert "summary" in out
+    code, out, _ = run(capsys, "check", "--help")
+    assert code == 0
+    assert "--allow-imports" in out
+
+
+@pytest.mark.parametrize("argv", [[], ["check"], ["summary"], ["frobnicate"], ["summary", "a.yaml", "b.yaml"]])
+def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert "usage: hndl" in err
+
+
+# --- as a program ------------------------------------------------------------------------------------------
+
+
+def test_installed_script(tmp_path: Path) -> None:
+    script = Path(sysconfig.get_path("scripts")) / "hndl"
+    assert script.exists(), f"the hndl console script is not installed at {script}"
+    result = subprocess.run(
+        [str(script), "check", "examples/mlp.yaml", "examples/broken.yaml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == "examples/mlp.yaml: OK (4 nodes)"
+    assert lines[1] == "examples/broken.yaml:10:12: E_OP node 'act': unknown op 'reluu'"
+    assert result.stderr == ""
+
+
+def test_python_dash_m_hndl() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "hndl", "--version"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert (result.returncode, result.stdout) == (0, f"hndl {hndl.__version__}\n")
