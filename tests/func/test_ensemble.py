@@ -1,0 +1,166 @@
+"""hndl.func.stack and hndl.func.ensemble_call: many models built from one graph, run at once under vmap."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("hndl.func")
+
+import torch
+from torch import nn
+
+import hndl
+import hndl.func as hf
+
+
+@pytest.fixture
+def members(make_mlp):
+    return [make_mlp(seed=seed) for seed in range(3)]
+
+
+def test_stack_returns_stacked_tensors_and_a_meta_base(members):
+    params, buffers, base = hf.stack(members)
+    assert isinstance(base, hndl.GraphModule)
+    assert {t.device.type for t in (*base.parameters(), *base.buffers())} == {"meta"}
+    assert list(params) == [name for name, _ in members[0].named_parameters()]
+    assert buffers == {}
+    for name, stacked in params.items():
+        assert stacked.shape == (3, *members[0].get_parameter(name).shape)
+        assert stacked.is_leaf
+        assert stacked.requires_grad
+        for i, model in enumerate(members):
+            assert torch.equal(stacked[i], model.get_parameter(name))
+    assert members[0].nodes.n_hidden.weight.device.type == "cpu"  # the models are untouched
+
+
+def test_ensemble_call_equals_each_model_alone(members, twin_of, x):
+    params, buffers, base = hf.stack(members)
+    out = hf.ensemble_call(base, params, buffers, x)
+    assert out.shape == (3, 5, 4)
+    for i, model in enumerate(members):
+        torch.testing.assert_close(out[i], model(x))
+        torch.testing.assert_close(out[i], twin_of(model)(x))
+
+
+def test_in_dims_zero_gives_each_member_its_own_input(members, x):
+    params, buffers, base = hf.stack(members)
+    inputs = torch.stack([x, x * 2, x - 1])
+    out = hf.ensemble_call(base, params, buffers, inputs, in_dims=0)
+    for i, model in enumerate(members):
+        torch.testing.assert_close(out[i], model(inputs[i]))
+
+
+def test_batchnorm_buffers_in_eval_mode(make_mlp, twin_of, x):
+    models = []
+    for seed in range(3):
+        model = make_mlp(norm=True, seed=seed)
+        model(torch.randn(7, 8) * (seed + 1))  # distinct running statistics per member
+        models.append(model.eval())
+    params, buffers, base = hf.stack(models)
+    assert set(buffers) == {"nodes.n_norm.running_mean", "nodes.n_norm.running_var", "nodes.n_norm.num_batches_tracked"}
+    out = hf.ensemble_call(base, params, buffers, x)
+    for i, model in enumerate(models):
+        torch.testing.assert_close(out[i], model(x))
+        torch.testing.assert_close(out[i], twin_of(model)(x))
+
+
+def test_batchnorm_in_train_mode_updates_the_stacked_buffers_like_each_model_alone(make_mlp, x):
+    models = [make_mlp(norm=True, seed=seed) for seed in range(2)]
+    params, buffers, base = hf.stack(models)
+    out = hf.ensemble_call(base, params, buffers, x)  # base (like the models) is in train mode
+    for i, model in enumerate(models):
+        torch.testing.assert_close(out[i], model(x))  # batch statistics; the model updates its own buffers
+        for name, buffer in model.named_buffers():
+            torch.testing.assert_close(buffers[name][i], buffer)
+
+
+def test_missing_stacked_buffers_are_e_params(make_mlp, x):
+    params, _buffers, base = hf.stack([make_mlp(norm=True, seed=s) for s in range(2)])
+    with pytest.raises(hndl.HndlError) as info:
+        hf.ensemble_call(base, params, {}, x)
+    problem = info.value.problems[0]
+    assert problem.code == "E_PARAMS"
+    assert problem.node == "norm"
+    assert (
+        problem.message
+        == "ensemble_call has no stacked value for 'nodes.n_norm.running_mean' (base is on the meta device)"
+    )
+    assert problem.hint == "pass the params and buffers that hndl.func.stack returned"
+    assert len(info.value.problems) == 3
+
+
+def test_stacked_tensors_that_disagree_on_the_ensemble_size_are_e_params(members, x):
+    params, buffers, base = hf.stack(members)
+    params["nodes.n_out.bias"] = params["nodes.n_out.bias"][:2]
+    with pytest.raises(hndl.HndlError) as info:
+        hf.ensemble_call(base, params, buffers, x)
+    assert info.value.problems[0].expected == "3 members, as in 'nodes.n_hidden.weight'"
+    assert info.value.problems[0].actual == "2 members in 'nodes.n_out.bias'"
+
+
+def test_a_member_shape_that_breaks_the_build_is_e_params(members, x):
+    params, buffers, base = hf.stack(members)
+    params["nodes.n_out.weight"] = torch.randn(3, 4, 15)
+    with pytest.raises(hndl.HndlError) as info:
+        hf.ensemble_call(base, params, buffers, x)
+    assert (info.value.node, info.value.problems[0].expected, info.value.problems[0].actual) == (
+        "out",
+        [4, 16],
+        [4, 15],
+    )
+
+
+def test_models_from_different_graphs_cannot_be_stacked(make_mlp):
+    with pytest.raises(hndl.HndlError) as info:
+        hf.stack([make_mlp(), make_mlp(hidden=32)])
+    problem = info.value.problems[0]
+    assert problem.code == "E_PARAMS"
+    assert problem.node == "hidden"
+    assert problem.message == "model 1 is not built like model 0: parameter 'nodes.n_hidden.weight' differs in shape"
+    assert (problem.expected, problem.actual) == ([16, 8], [32, 8])
+    with pytest.raises(
+        hndl.HndlError, match=r"model 1 is not built like model 0: it has an extra module 'nodes\.n_norm'"
+    ):
+        hf.stack([make_mlp(), make_mlp(norm=True)])
+    with pytest.raises(hndl.HndlError, match="differs in dtype"):
+        hf.stack([make_mlp(), make_mlp().double()])
+
+
+def test_stack_rejects_an_empty_list_and_plain_modules(mlp):
+    with pytest.raises(hndl.HndlError, match="at least one model"):
+        hf.stack([])
+    with pytest.raises(hndl.HndlError, match="model 1 is not a GraphModule"):
+        hf.stack([mlp, nn.Linear(8, 4)])
+
+
+def test_an_ensemble_trains_with_one_optimizer(members, x):
+    params, buffers, base = hf.stack(members)
+    target = torch.randn(5, 4)
+    optimizer = torch.optim.SGD(params.values(), lr=0.1)
+    losses = []
+    for _ in range(5):
+        optimizer.zero_grad()
+        per_member = (hf.ensemble_call(base, params, buffers, x) - target).square().mean(dim=(1, 2))
+        per_member.sum().backward()
+        optimizer.step()
+        losses.append(per_member.detach())
+    assert all(params[name].grad is not None for name in params)
+    assert bool((losses[-1] < losses[0]).all())
+
+
+def test_ensemble_of_a_graph_with_several_inputs(x):
+    g = hndl.Graph("two")
+    a = g.add("linear", g.input("a", ("B", 8)), name="la", out_features=4)
+    b = g.add("linear", g.input("b", ("B", 8)), name="lb", out_features=4)
+    g.output(a)
+    g.output(b)
+    models = []
+    for seed in range(2):
+        torch.manual_seed(seed)
+        models.append(hndl.build(g))
+    params, buffers, base = hf.stack(models)
+    out_a, out_b = hf.ensemble_call(base, params, buffers, (x, x + 1))
+    for i, model in enumerate(models):
+        alone_a, alone_b = model(x, x + 1)
+        torch.testing.assert_close(out_a[i], alone_a)
+        torch.testing.assert_close(out_b[i], alone_b)
