@@ -218,7 +218,8 @@ def test_repeat_needs_matching_inputs_and_outputs():
     h = b.input("h", ("B", 4))
     b.output(b.add("relu", h), b.add("tanh", h))
     g = hndl.Graph("outer")
-    g.output(g.add("graph", g.input("x", ("B", 4)), name="blk", graph=b, repeat=2))
+    blk = g.add("graph", g.input("x", ("B", 4)), name="blk", graph=b, repeat=2)
+    g.output(blk[0])
     (p,) = problems(g)
     assert p.code == "E_PARAM"
     assert "as many outputs as inputs" in p.message

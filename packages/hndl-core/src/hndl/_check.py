@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._contracts import Contract, TensorType, dtype_satisfies, format_shape, unknown_dim
+from ._contracts import Contract, TensorType, dtype_satisfies, format_shape, is_unknown, unknown_dim
 from ._dims import Poly, format_dim, free_symbols
 from ._errors import Problem, ProblemList
 from ._graph import Graph, Node, split_ref
@@ -502,7 +502,7 @@ class _Checker:
                         "E_SHAPE",
                         f"parameter {p.name!r} follows from an input dim that is not a fixed number",
                         expected="an int",
-                        actual=format_dim(bound),
+                        actual="?" if is_unknown(bound) else format_dim(bound),
                         location=node.location,
                         hint=f"give that input dim as an int in the input's shape, or set {p.name}",
                     )

@@ -1,7 +1,8 @@
 """Built-in ops. Importing this package registers them; each module holds one family.
 
 Every op is declared with :func:`hndl.op` exactly as a user op would be, so the docs generator documents
-built-in and plugin ops the same way.
+built-in and plugin ops the same way. Builders import torch themselves: the registry, the checker and the
+docs must work without it.
 """
 
-from . import _composite, _dense  # noqa: F401  (registration happens on import)
+from . import _activation, _attention, _composite, _conv, _dense, _math, _norm, _shape  # noqa: F401  (registration)

@@ -1,4 +1,4 @@
-"""Dense layers: linear."""
+"""Dense layers and pass-throughs: linear, embedding, dropout, identity."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._contracts import TensorType
-from .._registry import Param, Params, Port, op
+from .._registry import InferError, Param, Params, Port, op
 
 
 @op(
@@ -30,3 +30,81 @@ def linear(p: Params, inputs: Sequence[TensorType]) -> Any:
     import torch
 
     return torch.nn.Linear(p.in_features, p.out_features, bias=p.bias)
+
+
+def _embedding_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    if p.padding_idx is not None and not -p.num_embeddings <= p.padding_idx < p.num_embeddings:
+        raise InferError(
+            f"padding_idx {p.padding_idx} is not an index into {p.num_embeddings} embeddings",
+            code="E_PARAM",
+            param="padding_idx",
+            expected=f"{-p.num_embeddings} .. {p.num_embeddings - 1}",
+            actual=p.padding_idx,
+        )
+    shape = inputs[0].shape
+    return [TensorType(None if shape is None else (*shape, p.embedding_dim), "float32")]
+
+
+@op(
+    "embedding",
+    params=[
+        Param("num_embeddings", "int", min=1, doc="size of the vocabulary (indices run 0 .. num_embeddings-1)"),
+        Param("embedding_dim", "int", min=1, doc="size of each embedding vector"),
+        Param(
+            "padding_idx",
+            "int",
+            default=None,
+            nullable=True,
+            doc="an index whose vector stays zero and gets no gradient (negative counts from the end)",
+        ),
+    ],
+    inputs=[Port("x", ["*batch"], dtype="int", doc="integer indices, any shape")],
+    outputs=[Port("y", ["*batch", "embedding_dim"], dtype="float32")],
+    infer=_embedding_infer,
+    module="torch.nn.Embedding",
+    inference="appends embedding_dim to the index shape; the output is float32",
+    example={"op": "embedding", "num_embeddings": 50257, "embedding_dim": 768},
+    input_shape_example=["B", "T"],
+)
+def embedding(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """A lookup table: each integer index becomes a learned vector of ``embedding_dim`` floats.
+
+    The input must be declared with an integer dtype (``dtype: int64``).
+    """
+    import torch
+
+    return torch.nn.Embedding(p.num_embeddings, p.embedding_dim, padding_idx=p.padding_idx)
+
+
+@op(
+    "dropout",
+    params=[Param("p", "float", default=0.5, min=0, max=1, doc="probability of zeroing an element in training")],
+    inputs=[Port("x", ["*shape"])],
+    outputs=[Port("y", ["*shape"], dtype="same:x")],
+    module="torch.nn.Dropout",
+    example={"op": "dropout", "p": 0.1},
+    input_shape_example=["B", 128],
+)
+def dropout(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Zero each element with probability ``p`` in training mode and scale the rest by ``1/(1-p)``.
+
+    In eval mode it passes its input through unchanged.
+    """
+    import torch
+
+    return torch.nn.Dropout(p.p)
+
+
+@op(
+    "identity",
+    inputs=[Port("x", ["*shape"], dtype="any")],
+    outputs=[Port("y", ["*shape"], dtype="same:x")],
+    module="torch.nn.Identity",
+    example={"op": "identity"},
+    input_shape_example=["B", 16],
+)
+def identity(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Return the input unchanged (a named tap point in a graph)."""
+    import torch
+
+    return torch.nn.Identity()

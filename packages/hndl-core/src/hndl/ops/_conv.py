@@ -1,0 +1,299 @@
+"""Convolutions and pooling: conv1d, conv2d, maxpool2d, avgpool2d, adaptive_avgpool2d.
+
+Output lengths follow torch's formula ``(L + 2*padding - dilation*(kernel_size-1) - 1) // stride + 1`` on
+symbolic dims too (``(H-1)//2+1``); an input provably shorter than its window is an E_SHAPE at check time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._contracts import TensorType
+from .._dims import format_dim
+from .._registry import InferError, Param, Params, Port, op
+from ._common import check_window_padding, fixed, pair, window_out
+
+_OUT_EXPR = "({x}+2*padding{s}-dilation{s}*(kernel{s}-1)-1)//stride{s}+1"
+
+
+def _conv_params(kernel_type: str) -> list[Param]:
+    return [
+        Param("out_channels", "int", min=1, doc="number of output channels"),
+        Param("kernel_size", kernel_type, min=1, doc="size of the convolving kernel"),
+        Param("stride", kernel_type, default=1, min=1, doc="step between windows"),
+        Param("padding", kernel_type, default=0, min=0, doc="zeros added to both sides of each spatial dim"),
+        Param("dilation", kernel_type, default=1, min=1, doc="spacing between kernel elements"),
+        Param("groups", "int", default=1, min=1, doc="blocked connections; must divide both channel counts"),
+        Param("bias", "bool", default=True, doc="learn an additive bias"),
+        Param("in_channels", "int", min=1, inferred=True, doc="number of input channels (inferred)"),
+    ]
+
+
+def _check_groups(p: Params) -> None:
+    if p.out_channels % p.groups:
+        raise InferError(
+            f"groups={p.groups} does not divide out_channels={p.out_channels}",
+            code="E_PARAM",
+            param="groups",
+            expected=f"a divisor of out_channels ({p.out_channels})",
+            actual=p.groups,
+            hint="choose out_channels and groups so that out_channels % groups == 0",
+        )
+    if p.in_channels % p.groups:
+        raise InferError(
+            f"groups={p.groups} does not divide the input's {p.in_channels} channels",
+            port="x",
+            expected=f"channels divisible by groups ({p.groups})",
+            actual=p.in_channels,
+            hint="choose groups to divide the input's channel count",
+        )
+
+
+def _conv1d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    _check_groups(p)
+    shape = fixed(inputs[0], 3)
+    if shape is None:
+        return [TensorType(None, inputs[0].dtype)]
+    n, _, length = shape
+    out = window_out(length, p.kernel_size, p.stride, p.padding, p.dilation, axis="length")
+    return [TensorType((n, p.out_channels, out), inputs[0].dtype)]
+
+
+@op(
+    "conv1d",
+    params=_conv_params("int"),
+    inputs=[Port("x", ["N", "in_channels", "L"], doc="batch, channels, length")],
+    outputs=[Port("y", ["N", "out_channels", "(L+2*padding-dilation*(kernel_size-1)-1)//stride+1"], dtype="same:x")],
+    infer=_conv1d_infer,
+    module="torch.nn.Conv1d",
+    inference=(
+        "[N, in_channels, L] -> [N, out_channels, (L+2*padding-dilation*(kernel_size-1)-1)//stride+1]; "
+        "groups must divide both channel counts"
+    ),
+    example={"op": "conv1d", "out_channels": 32, "kernel_size": 3, "padding": 1},
+    input_shape_example=["B", 16, 100],
+)
+def conv1d(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """1-d convolution over ``[N, C, L]``.
+
+    ``in_channels`` follows from the input's channel dim.
+    """
+    import torch
+
+    return torch.nn.Conv1d(
+        p.in_channels,
+        p.out_channels,
+        p.kernel_size,
+        stride=p.stride,
+        padding=p.padding,
+        dilation=p.dilation,
+        groups=p.groups,
+        bias=p.bias,
+    )
+
+
+def _hw(p: Params, names: Sequence[str]) -> dict[str, Any]:
+    """``kernel_h``/``kernel_w`` ... from the pair-valued parameters, for the output patterns."""
+    out: dict[str, Any] = {}
+    for name in names:
+        value = p.get(name)
+        if value is None:
+            value = p.kernel_size  # a pool's stride defaults to its kernel size
+        out[f"{_SHORT.get(name, name)}_h"], out[f"{_SHORT.get(name, name)}_w"] = pair(value)
+    return out
+
+
+_SHORT = {"kernel_size": "kernel"}
+_HW_OUT = [_OUT_EXPR.format(x="H", s="_h"), _OUT_EXPR.format(x="W", s="_w")]
+
+
+def _derive_conv2d(p: Params) -> Mapping[str, Any]:
+    return _hw(p, ("kernel_size", "stride", "padding", "dilation"))
+
+
+def _conv2d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    _check_groups(p)
+    shape = fixed(inputs[0], 4)
+    if shape is None:
+        return [TensorType(None, inputs[0].dtype)]
+    n, _, h, w = shape
+    k, s, pad, d = pair(p.kernel_size), pair(p.stride), pair(p.padding), pair(p.dilation)
+    oh = window_out(h, k[0], s[0], pad[0], d[0], axis="height")
+    ow = window_out(w, k[1], s[1], pad[1], d[1], axis="width")
+    return [TensorType((n, p.out_channels, oh, ow), inputs[0].dtype)]
+
+
+@op(
+    "conv2d",
+    params=_conv_params("int_or_pair"),
+    inputs=[Port("x", ["N", "in_channels", "H", "W"], doc="batch, channels, height, width")],
+    outputs=[Port("y", ["N", "out_channels", *_HW_OUT], dtype="same:x")],
+    infer=_conv2d_infer,
+    derive=_derive_conv2d,
+    module="torch.nn.Conv2d",
+    inference=(
+        "[N, in_channels, H, W] -> [N, out_channels, H_out, W_out] with "
+        "H_out = (H+2*padding_h-dilation_h*(kernel_h-1)-1)//stride_h+1 (W likewise); "
+        "groups must divide both channel counts"
+    ),
+    example={"op": "conv2d", "out_channels": 64, "kernel_size": 3, "padding": 1},
+    input_shape_example=["B", 3, 32, 32],
+)
+def conv2d(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """2-d convolution over ``[N, C, H, W]``.
+
+    ``kernel_size``, ``stride``, ``padding`` and ``dilation`` take an int or a ``[h, w]`` pair.
+    ``in_channels`` follows from the input's channel dim.
+    """
+    import torch
+
+    return torch.nn.Conv2d(
+        p.in_channels,
+        p.out_channels,
+        pair(p.kernel_size),
+        stride=pair(p.stride),
+        padding=pair(p.padding),
+        dilation=pair(p.dilation),
+        groups=p.groups,
+        bias=p.bias,
+    )
+
+
+# --- pooling --------------------------------------------------------------------------------------------
+
+
+def _pool_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    shape = fixed(inputs[0], 4)
+    if shape is None:
+        return [TensorType(None, inputs[0].dtype)]
+    n, c, h, w = shape
+    k = pair(p.kernel_size)
+    s = k if p.stride is None else pair(p.stride)
+    pad = pair(p.padding)
+    d = pair(p.get("dilation", 1))
+    check_window_padding(k, pad)
+    oh = window_out(h, k[0], s[0], pad[0], d[0], axis="height", ceil_mode=p.ceil_mode)
+    ow = window_out(w, k[1], s[1], pad[1], d[1], axis="width", ceil_mode=p.ceil_mode)
+    for size, name in ((oh, "height"), (ow, "width")):
+        if isinstance(size, int) and size < 1:
+            raise InferError(f"the output {name} would be {size}", expected=f"{name} >= 1", actual=size)
+    return [TensorType((n, c, oh, ow), inputs[0].dtype)]
+
+
+def _derive_maxpool(p: Params) -> Mapping[str, Any]:
+    return _hw(p, ("kernel_size", "stride", "padding", "dilation"))
+
+
+_POOL_COMMON = [
+    Param("kernel_size", "int_or_pair", min=1, doc="size of the pooling window"),
+    Param(
+        "stride", "int_or_pair", default=None, nullable=True, min=1, doc="step between windows (default: kernel_size)"
+    ),
+    Param("padding", "int_or_pair", default=0, min=0, doc="implicit padding on both sides; at most kernel_size // 2"),
+]
+_CEIL = Param("ceil_mode", "bool", default=False, doc="round the output size up instead of down")
+_POOL_IN = [Port("x", ["N", "C", "H", "W"], doc="batch, channels, height, width")]
+_POOL_INFERENCE = (
+    "[N, C, H, W] -> [N, C, H_out, W_out] with torch's window formula "
+    "(H_out = (H+2*padding_h-dilation_h*(kernel_h-1)-1)//stride_h+1, rounded up in ceil_mode)"
+)
+
+
+@op(
+    "maxpool2d",
+    params=[
+        *_POOL_COMMON,
+        Param("dilation", "int_or_pair", default=1, min=1, doc="spacing between window elements"),
+        _CEIL,
+    ],
+    inputs=_POOL_IN,
+    outputs=[Port("y", ["N", "C", *_HW_OUT], dtype="same:x")],
+    infer=_pool_infer,
+    derive=_derive_maxpool,
+    module="torch.nn.MaxPool2d",
+    inference=_POOL_INFERENCE,
+    example={"op": "maxpool2d", "kernel_size": 2},
+    input_shape_example=["B", 16, 32, 32],
+)
+def maxpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """2-d max pooling over ``[N, C, H, W]``: the maximum of each window."""
+    import torch
+
+    return torch.nn.MaxPool2d(
+        pair(p.kernel_size),
+        stride=None if p.stride is None else pair(p.stride),
+        padding=pair(p.padding),
+        dilation=pair(p.dilation),
+        ceil_mode=p.ceil_mode,
+    )
+
+
+def _derive_avgpool(p: Params) -> Mapping[str, Any]:
+    return {**_hw(p, ("kernel_size", "stride", "padding")), "dilation_h": 1, "dilation_w": 1}
+
+
+@op(
+    "avgpool2d",
+    params=[
+        *_POOL_COMMON,
+        _CEIL,
+        Param("count_include_pad", "bool", default=True, doc="count the zero padding in each window's average"),
+    ],
+    inputs=_POOL_IN,
+    outputs=[Port("y", ["N", "C", *_HW_OUT], dtype="same:x")],
+    infer=_pool_infer,
+    derive=_derive_avgpool,
+    module="torch.nn.AvgPool2d",
+    inference=_POOL_INFERENCE.replace("dilation_h*(kernel_h-1)", "(kernel_h-1)"),
+    example={"op": "avgpool2d", "kernel_size": 2},
+    input_shape_example=["B", 16, 32, 32],
+)
+def avgpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """2-d average pooling over ``[N, C, H, W]``: the mean of each window."""
+    import torch
+
+    return torch.nn.AvgPool2d(
+        pair(p.kernel_size),
+        stride=None if p.stride is None else pair(p.stride),
+        padding=pair(p.padding),
+        ceil_mode=p.ceil_mode,
+        count_include_pad=p.count_include_pad,
+    )
+
+
+def _derive_adaptive(p: Params) -> Mapping[str, Any]:
+    oh, ow = pair(p.output_size)
+    return {"out_h": oh, "out_w": ow}
+
+
+def _adaptive_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    shape = fixed(inputs[0], 4)
+    if shape is None:
+        return [TensorType(None, inputs[0].dtype)]
+    n, c, h, w = shape
+    for size, name in ((h, "height"), (w, "width")):
+        if isinstance(size, int) and size < 1:
+            raise InferError(
+                f"the input's {name} is {format_dim(size)}", port="x", expected=f"{name} >= 1", actual=size
+            )
+    oh, ow = pair(p.output_size)
+    return [TensorType((n, c, oh, ow), inputs[0].dtype)]
+
+
+@op(
+    "adaptive_avgpool2d",
+    params=[Param("output_size", "int_or_pair", min=1, doc="the output's height and width (an int for a square)")],
+    inputs=_POOL_IN,
+    outputs=[Port("y", ["N", "C", "out_h", "out_w"], dtype="same:x")],
+    infer=_adaptive_infer,
+    derive=_derive_adaptive,
+    module="torch.nn.AdaptiveAvgPool2d",
+    example={"op": "adaptive_avgpool2d", "output_size": 1},
+    input_shape_example=["B", 512, 7, 7],
+)
+def adaptive_avgpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """2-d average pooling to a fixed output size, whatever the input's height and width."""
+    import torch
+
+    return torch.nn.AdaptiveAvgPool2d(pair(p.output_size))

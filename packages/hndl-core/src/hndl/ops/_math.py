@@ -1,0 +1,134 @@
+"""Binary arithmetic: add and mul (broadcasting), matmul (torch.matmul rules, batch dims broadcast)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .._contracts import TensorType
+from .._dims import format_dim
+from .._registry import InferError, Params, Port, op
+from ._common import Shape, broadcast_shapes, open_at, promote, provably_different, show
+
+_BINARY_IN = [Port("a", None, dtype="any", doc="left operand"), Port("b", None, dtype="any", doc="right operand")]
+_BROADCAST_INFERENCE = (
+    "shapes broadcast by torch's rules (aligned from the right; each pair of dims equal, or one of them 1); "
+    "dtypes promote as in torch (int + float32 -> float32)"
+)
+
+
+def _broadcast_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    a, b = inputs
+    return [TensorType(broadcast_shapes(a.shape, b.shape), promote(a.dtype, b.dtype))]
+
+
+@op(
+    "add",
+    inputs=_BINARY_IN,
+    outputs=[Port("y", None, dtype="any")],
+    infer=_broadcast_infer,
+    module="hndl.torch.layers.Add",
+    inference=_BROADCAST_INFERENCE,
+    example={"op": "add"},
+    input_shape_example=["B", "T", 64],
+)
+def add(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Elementwise sum ``a + b`` with broadcasting (a residual connection: ``in: [x, block]``)."""
+    from ..torch.layers import Add
+
+    return Add()
+
+
+@op(
+    "mul",
+    inputs=_BINARY_IN,
+    outputs=[Port("y", None, dtype="any")],
+    infer=_broadcast_infer,
+    module="hndl.torch.layers.Mul",
+    inference=_BROADCAST_INFERENCE,
+    example={"op": "mul"},
+    input_shape_example=["B", "T", 64],
+)
+def mul(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Elementwise product ``a * b`` with broadcasting (gating: ``in: [x, gate]``)."""
+    from ..torch.layers import Mul
+
+    return Mul()
+
+
+def _split_matrix(shape: Shape, port: str) -> tuple[Shape, list[Any]] | None:
+    """``(batch dims, [rows, cols])`` of a matmul operand (one core dim for a vector); ``None`` when open."""
+    k = open_at(shape)
+    if k is None:
+        if len(shape) == 0:
+            raise InferError(
+                "matmul needs operands with at least 1 dim, got a 0-d tensor",
+                port=port,
+                expected="rank >= 1",
+                actual=show(shape),
+            )
+        core = 1 if len(shape) == 1 else 2
+        return tuple(shape[: len(shape) - core]), list(shape[len(shape) - core :])
+    if k < len(shape) - 2:
+        return tuple(shape[:-2]), list(shape[-2:])
+    return None
+
+
+def _matmul_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    a, b = inputs
+    dtype = a.dtype if a.dtype == b.dtype or b.dtype == "any" else promote(a.dtype, b.dtype)
+    if a.shape is None or b.shape is None:
+        return [TensorType(None, dtype)]
+    sa, sb = _split_matrix(a.shape, "a"), _split_matrix(b.shape, "b")
+    if sa is None or sb is None:
+        return [TensorType(None, dtype)]
+    (batch_a, core_a), (batch_b, core_b) = sa, sb
+    inner_a = core_a[-1]
+    inner_b = core_b[0]
+    if provably_different(inner_a, inner_b):
+        where_b = "dim 0" if len(core_b) == 1 else "dim -2"
+        raise InferError(
+            f"'a' {show(a.shape)} and 'b' {show(b.shape)} cannot be multiplied: the last dim of 'a' "
+            f"({format_dim(inner_a)}) must equal {where_b} of 'b' ({format_dim(inner_b)})",
+            port="b",
+            expected=f"{where_b} = {format_dim(inner_a)}",
+            actual=show(b.shape),
+            hint="transpose one operand, or check which dim holds the features",
+        )
+    rows = core_a[:-1]  # [] for a vector
+    cols = core_b[1:]
+    if not batch_a and not batch_b:
+        return [TensorType((*rows, *cols), dtype)]
+    try:
+        batch = broadcast_shapes(batch_a, batch_b)
+    except InferError as exc:
+        raise InferError(
+            f"the batch dims of 'a' {show(a.shape)} and 'b' {show(b.shape)} do not broadcast",
+            port="b",
+            expected=exc.expected,
+            actual=show(b.shape),
+            hint="batch dims (all but the last two) must be equal, or 1",
+        ) from None
+    if batch is None:
+        return [TensorType(None, dtype)]
+    return [TensorType((*batch, *rows, *cols), dtype)]
+
+
+@op(
+    "matmul",
+    inputs=[Port("a", None, dtype="any", doc="left operand"), Port("b", None, dtype="same:a", doc="right operand")],
+    outputs=[Port("y", None, dtype="same:a")],
+    infer=_matmul_infer,
+    module="hndl.torch.layers.MatMul",
+    inference=(
+        "torch.matmul rules: [..., n, k] @ [..., k, m] -> [..., n, m] with the batch dims broadcast; a 1-d "
+        "operand is a vector (its dim is dropped from the result); both operands share one dtype"
+    ),
+    example={"op": "matmul"},
+    input_shape_example=["B", 64, 64],
+)
+def matmul(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Matrix product ``torch.matmul(a, b)``, batched over leading dims."""
+    from ..torch.layers import MatMul
+
+    return MatMul()

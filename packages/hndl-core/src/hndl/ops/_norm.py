@@ -1,0 +1,228 @@
+"""Normalisation layers: batchnorm1d, batchnorm2d, layernorm, rmsnorm, groupnorm."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .._contracts import TensorType
+from .._dims import format_dim
+from .._registry import InferError, Param, Params, Port, op
+from ._common import open_at, provably_different, show
+
+_EPS = Param("eps", "float", default=1e-5, min=0, doc="added to the variance for numerical stability")
+
+
+def _bn_params() -> list[Param]:
+    return [
+        Param("num_features", "int", min=1, inferred=True, doc="number of channels (inferred from dim 1)"),
+        _EPS,
+        Param(
+            "momentum",
+            "float",
+            default=0.1,
+            min=0,
+            max=1,
+            nullable=True,
+            doc="weight of the newest batch in the running statistics (null: a cumulative average)",
+        ),
+        Param("affine", "bool", default=True, doc="learn a per-channel scale and shift"),
+        Param("track_running_stats", "bool", default=True, doc="keep running statistics for eval mode"),
+    ]
+
+
+def _bn1d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    t = inputs[0]
+    if t.shape is not None and open_at(t.shape) is None and len(t.shape) not in (2, 3):
+        raise InferError(
+            f"batchnorm1d takes a rank-2 or rank-3 input, got rank {len(t.shape)} {show(t.shape)}",
+            port="x",
+            expected="[N, C] or [N, C, L]",
+            actual=show(t.shape),
+            hint="use batchnorm2d for [N, C, H, W]" if len(t.shape) == 4 else None,
+        )
+    return [t]
+
+
+def _bn_build(cls_name: str, p: Params) -> Any:
+    import torch
+
+    cls = getattr(torch.nn, cls_name)
+    return cls(
+        p.num_features,
+        eps=p.eps,
+        momentum=p.momentum,
+        affine=p.affine,
+        track_running_stats=p.track_running_stats,
+    )
+
+
+@op(
+    "batchnorm1d",
+    params=_bn_params(),
+    inputs=[Port("x", ["N", "num_features", "*rest"], doc="[N, C] or [N, C, L]")],
+    outputs=[Port("y", ["N", "num_features", "*rest"], dtype="same:x")],
+    infer=_bn1d_infer,
+    module="torch.nn.BatchNorm1d",
+    inference="output has the input's shape ([N, C] or [N, C, L]); num_features is C",
+    example={"op": "batchnorm1d"},
+    input_shape_example=["B", 64],
+)
+def batchnorm1d(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Batch normalisation over ``[N, C]`` or ``[N, C, L]``, per channel.
+
+    ``num_features`` follows from the input's channel dim (dim 1).
+    """
+    return _bn_build("BatchNorm1d", p)
+
+
+@op(
+    "batchnorm2d",
+    params=_bn_params(),
+    inputs=[Port("x", ["N", "num_features", "H", "W"], doc="batch, channels, height, width")],
+    outputs=[Port("y", ["N", "num_features", "H", "W"], dtype="same:x")],
+    module="torch.nn.BatchNorm2d",
+    example={"op": "batchnorm2d"},
+    input_shape_example=["B", 64, 32, 32],
+)
+def batchnorm2d(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Batch normalisation over ``[N, C, H, W]``, per channel.
+
+    ``num_features`` follows from the input's channel dim (dim 1).
+    """
+    return _bn_build("BatchNorm2d", p)
+
+
+def _trailing_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    """Check that the input ends with ``normalized_shape``; the output has the input's type."""
+    t = inputs[0]
+    ns = tuple(p.normalized_shape)
+    if t.shape is None:
+        return [t]
+    k = open_at(t.shape)
+    tail = t.shape if k is None else t.shape[k + 1 :]
+    if k is None and len(tail) < len(ns):
+        raise InferError(
+            f"normalized_shape {list(ns)} has {len(ns)} dims, the input only {len(tail)}",
+            port="x",
+            expected=f"[..., {', '.join(map(str, ns))}]",
+            actual=show(t.shape),
+        )
+    got = tail[len(tail) - min(len(ns), len(tail)) :]
+    if any(provably_different(a, b) for a, b in zip(reversed(ns), reversed(got))):
+        raise InferError(
+            f"the input's last {len(ns)} dims do not match normalized_shape {list(ns)}",
+            port="x",
+            expected=f"[..., {', '.join(map(str, ns))}]",
+            actual=show(t.shape),
+            hint="normalized_shape names the input's trailing dims; omit it to normalise over the last dim",
+        )
+    return [t]
+
+
+_NORMALIZED_SHAPE = Param(
+    "normalized_shape",
+    "ints",
+    min=1,
+    inferred=True,
+    doc="the trailing dims to normalise over (inferred: the input's last dim)",
+)
+_TRAILING_INFERENCE = "output has the input's shape and dtype; the input must end with normalized_shape"
+
+
+@op(
+    "layernorm",
+    params=[
+        _NORMALIZED_SHAPE,
+        _EPS,
+        Param("elementwise_affine", "bool", default=True, doc="learn a per-element scale (and shift)"),
+        Param("bias", "bool", default=True, doc="learn the shift too (with elementwise_affine)"),
+    ],
+    inputs=[Port("x", ["*batch", "normalized_shape"], doc="normalised over its trailing dims")],
+    outputs=[Port("y", ["*batch", "normalized_shape"], dtype="same:x")],
+    infer=_trailing_infer,
+    module="torch.nn.LayerNorm",
+    inference=_TRAILING_INFERENCE,
+    example={"op": "layernorm"},
+    input_shape_example=["B", "T", 768],
+)
+def layernorm(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Layer normalisation: zero mean and unit variance over the trailing dims, then a learned affine map.
+
+    ``normalized_shape`` defaults to the input's last dim.
+    """
+    import torch
+
+    return torch.nn.LayerNorm(list(p.normalized_shape), eps=p.eps, elementwise_affine=p.elementwise_affine, bias=p.bias)
+
+
+@op(
+    "rmsnorm",
+    params=[
+        _NORMALIZED_SHAPE,
+        Param(
+            "eps",
+            "float",
+            default=None,
+            nullable=True,
+            min=0,
+            doc="added to the mean square for stability (null: the dtype's machine epsilon)",
+        ),
+        Param("elementwise_affine", "bool", default=True, doc="learn a per-element scale"),
+    ],
+    inputs=[Port("x", ["*batch", "normalized_shape"], doc="normalised over its trailing dims")],
+    outputs=[Port("y", ["*batch", "normalized_shape"], dtype="same:x")],
+    infer=_trailing_infer,
+    module="torch.nn.RMSNorm",
+    inference=_TRAILING_INFERENCE,
+    example={"op": "rmsnorm", "eps": 1e-6},
+    input_shape_example=["B", "T", 4096],
+)
+def rmsnorm(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Root-mean-square normalisation over the trailing dims, then a learned scale.
+
+    ``normalized_shape`` defaults to the input's last dim.
+    """
+    import torch
+
+    return torch.nn.RMSNorm(list(p.normalized_shape), eps=p.eps, elementwise_affine=p.elementwise_affine)
+
+
+def _groupnorm_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    if p.num_channels % p.num_groups:
+        raise InferError(
+            f"num_groups={p.num_groups} does not divide the {p.num_channels} channels",
+            port="x",
+            expected=f"channels divisible by num_groups ({p.num_groups})",
+            actual=format_dim(p.num_channels),
+            hint="choose num_groups to divide the channel count (dim 1)",
+        )
+    return [inputs[0]]
+
+
+@op(
+    "groupnorm",
+    params=[
+        Param("num_groups", "int", min=1, doc="number of channel groups; must divide the channels"),
+        Param("num_channels", "int", min=1, inferred=True, doc="number of channels (inferred from dim 1)"),
+        _EPS,
+        Param("affine", "bool", default=True, doc="learn a per-channel scale and shift"),
+    ],
+    inputs=[Port("x", ["N", "num_channels", "*rest"], doc="batch, channels, any further dims")],
+    outputs=[Port("y", ["N", "num_channels", "*rest"], dtype="same:x")],
+    infer=_groupnorm_infer,
+    module="torch.nn.GroupNorm",
+    inference="output has the input's shape and dtype; num_groups must divide the channels (dim 1)",
+    example={"op": "groupnorm", "num_groups": 32},
+    input_shape_example=["B", 256, 16, 16],
+)
+def groupnorm(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Group normalisation: channels split into ``num_groups`` groups, each normalised on its own.
+
+    Each group is normalised over its channels and all remaining dims.
+
+    ``num_channels`` follows from the input's channel dim (dim 1).
+    """
+    import torch
+
+    return torch.nn.GroupNorm(p.num_groups, p.num_channels, eps=p.eps, affine=p.affine)
