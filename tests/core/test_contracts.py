@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hndl._contracts import Contract, ShapePattern, TensorType, Variadic, dtype_satisfies, format_shape, parse_dtype_rule
+from hndl._contracts import (
+    Contract,
+    ShapePattern,
+    TensorType,
+    Variadic,
+    dtype_satisfies,
+    format_shape,
+    parse_dtype_rule,
+)
 from hndl._dims import parse_dim, symbol
 
 

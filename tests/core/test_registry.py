@@ -100,7 +100,7 @@ def test_a_builder_must_return_a_module():
     try:
         g = hndl.Graph()
         g.output(g.add("test_not_module", g.input("x", ("B", 3)), name="e"))
-        with pytest.raises(hndl.HndlError, match="returned int, not a torch.nn.Module"):
+        with pytest.raises(hndl.HndlError, match=r"returned int, not a torch\.nn\.Module"):
             hndl.build(g)
     finally:
         hndl.registry.unregister("test_not_module")

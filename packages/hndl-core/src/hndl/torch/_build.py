@@ -6,6 +6,7 @@ A ``graph`` node becomes a ``ModuleList`` with one ``ModuleDict`` per repetition
 
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING
 
 from torch import nn
@@ -23,12 +24,21 @@ def build_module(graph: Graph, checked: CheckedGraph | None = None) -> GraphModu
     """Check ``graph`` (unless ``checked`` is given) and build its :class:`GraphModule`."""
     from ._module import GraphModule
 
-    if checked is None:
-        checked = check(graph)
-    problems = ProblemList()
-    nodes = build_nodes(checked, problems)
-    problems.raise_if_any(title=f"graph '{graph.name}'")
-    return GraphModule(graph, checked, nodes)
+    # Building allocates many long-lived containers; Python's cyclic GC would rescan all of them again and
+    # again, which made the time per node grow with the graph (35 us at 1,000 nodes, 117 us at 10,000).
+    # Nothing built here is garbage, so collection waits until the build is done.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if checked is None:
+            checked = check(graph)
+        problems = ProblemList()
+        nodes = build_nodes(checked, problems)
+        problems.raise_if_any(title=f"graph '{graph.name}'")
+        return GraphModule(graph, checked, nodes)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
 
 def build_nodes(cg: CheckedGraph, problems: ProblemList) -> nn.ModuleDict:

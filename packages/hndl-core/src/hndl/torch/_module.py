@@ -1,38 +1,190 @@
-"""GraphModule: the ``torch.nn.Module`` a graph builds into.
+"""GraphModule: the ``torch.nn.Module`` a graph builds into, with contracts checked once per input signature.
 
-(Foundation version: plain interpretation of the checked graph. The checked runtime replaces ``forward``.)
+The call has two paths. The first call with a new *signature* (each input's shape, dtype and device, plus the
+model's state version) runs :meth:`GraphModule._validate`: every contract is checked and every node runs
+through ``nn.Module.__call__``. Later calls with a known signature take the generated fast path (see
+:mod:`._codegen`), which re-checks only that the registered state still looks as it did (:mod:`._stores`)
+and then runs the layers. SPEC.md section 11 is the behaviour; IMPLEMENTATION.md "The checked runtime" is the
+design.
 """
 
 from __future__ import annotations
 
+import copy
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+import torch
 from torch import nn
 
 from .._check import CheckedGraph, flatten, resolve_outputs
 from .._errors import HndlError, Problem
 from .._graph import Graph
-from ._state import BuildState
+from . import _hooks
+from ._codegen import Compiled, compile_graph, make_function
+from ._state import BuildState, _walk
+from ._stores import NONE, StoresRecord, take_record
+from ._validate import check_inputs, check_state, layer_failure, run_checked
+
+__all__ = ["GraphModule", "SIGNATURE_CACHE_SIZE"]
+
+#: How many input signatures one GraphModule remembers. When full, the oldest is forgotten (FIFO), so a
+#: model called with ever-changing shapes costs one validation per new shape and bounded memory.
+SIGNATURE_CACHE_SIZE = 64
+
+_is_compiling = torch.compiler.is_compiling
+
+# Attributes rebuilt for every instance (after deepcopy, copy or unpickling) rather than copied.
+_RUNTIME_KEYS = ("_signatures", "_lock", "_runtime", "_owned", "_state_version", "_signatures_version")
+
+
+@dataclass(frozen=True, eq=False)
+class _Runtime:
+    """One immutable object, replaced atomically: the stores record and the functions generated for it."""
+
+    stores: StoresRecord
+    execute: Callable[..., Any]  # execute(self, args, kwargs): the checked call
+    plain: Callable[..., Any]  # plain(self, *inputs): the unchecked call (torch.compile)
+    compiled: Compiled
+    hooked: tuple[bool, ...]  # per step: called through nn.Module.__call__
 
 
 class GraphModule(nn.Module):
-    """A built graph: ``nodes`` holds one torch module per node (key ``n_<name>``)."""
+    """A built graph: ``nodes`` holds one torch module per node (key ``n_<name>``).
+
+    Call it with the graph's inputs, positionally in declaration order or by name. One output is returned as
+    a tensor, several as a tuple.
+
+    **Checked once per signature.** The first call with a new signature (each input's shape, dtype and device,
+    and the model's state version) validates: inputs against their contracts (``E_INPUT``), the registered
+    parameters, buffers and submodules against the build (``E_RUNTIME``), then every node runs and its
+    outputs are checked against the types static inference gave them (``E_CONTRACT``). Later calls with a known
+    signature run the layers directly, calling ``forward`` of each layer that has no hook. :attr:`validations`
+    counts full validations. The signature cache holds at most :data:`SIGNATURE_CACHE_SIZE` signatures per
+    model (the oldest is forgotten first) and is safe to use from many threads.
+
+    **What makes the next call validate again:** a parameter, buffer or submodule registered on a module of
+    the model (PyTorch's registration hooks: ``m.weight = nn.Parameter(...)``, ``m.bias = None``,
+    ``register_buffer``); ``.to()``, ``.half()``, ``.double()``, ``.cuda()``; and, found by comparing the stores
+    record on every call, hookless edits: ``del m.weight``, direct writes to ``_parameters``, ``_buffers`` or
+    ``_modules`` that remove an entry, set it to ``None``, add one, or replace a submodule, and a hook added to a
+    node's module or globally. A change that breaks the build raises ``E_RUNTIME`` naming the node and the
+    change; putting the original back makes the next call validate and pass. ``train()``/``eval()`` do not
+    revalidate.
+
+    **Not detected** (the fast path keeps running the recorded modules): a tensor swapped in under its
+    registered name (what ``torch.func.functional_call`` does; it stays on the fast path and is not kept
+    alive); a whole store dict replaced (``m._parameters = {...}``); a reordering of a dict; one name removed
+    and another added in the same ``_parameters``/``_buffers`` between two calls; a submodule replaced by one
+    whose ``__eq__`` says it equals the old one; ``forward`` reassigned on a layer instance.
+
+    Under ``torch.compile`` no check runs: the layers are called through ``__call__`` and Dynamo sees plain
+    module calls.
+
+    Attributes:
+        nodes: the node modules, ``nodes["n_<name>"]``; a ``graph`` node holds a ``ModuleList`` of
+            ``ModuleDict``, one per repetition.
+        graph: the :class:`~hndl.Graph` this was built from.
+        validations: how many full validations this model has run (each attempt counts, failed ones too).
+    """
 
     def __init__(self, graph: Graph, checked: CheckedGraph, nodes: nn.ModuleDict) -> None:
         super().__init__()
         self.nodes = nodes
         self.graph = graph
         self._checked = checked
-        self._steps = flatten(checked)
+        self._steps = tuple(flatten(checked))
         self._input_names = tuple(checked.input_names)
+        self._input_ids = tuple(checked.input_ids)
         self._output_ids = tuple(resolve_outputs(checked))
+        self._locations = {step.node.qualname: step.node.location for step in self._steps}
         self._build_state = BuildState.take(self, checked)
+        self.validations = 0
+        self._init_runtime()
+
+    # -- runtime state --------------------------------------------------------------------------------------
+
+    def _init_runtime(self) -> None:
+        d = self.__dict__
+        d["_signatures"] = {}
+        d["_signatures_version"] = None
+        d["_lock"] = threading.RLock()
+        d["_owned"] = frozenset()
+        _hooks.bump(self)
+        self._install(self._leaves())
+
+    def _find(self, path: tuple[str, ...]) -> nn.Module | None:
+        module: Any = self._modules.get("nodes")
+        for key in path:
+            if module is None:
+                return None
+            module = module._modules.get(key)
+        return module
 
     def _module_at(self, path: tuple[str, ...]) -> nn.Module:
-        module: Any = self.nodes
-        for key in path:
-            module = module[int(key)] if isinstance(module, nn.ModuleList) else module[key]
+        module = self._find(path)
+        if module is None:
+            raise HndlError(
+                Problem("E_RUNTIME", f"no module at nodes.{'.'.join(path)}: the model's submodules were changed")
+            )
         return module
+
+    def _leaves(self) -> list[nn.Module | None]:
+        return [self._find(step.node.path) for step in self._steps]
+
+    def _install(self, leaves: list[nn.Module | None], stores: StoresRecord | None = None) -> None:
+        """Take the stores record (unless given), generate the call for it and publish both atomically."""
+        present = [m for m in leaves if m is not None]
+        if stores is None:
+            stores = take_record(self, present)
+        global_hooks = _hooks.global_hooks_active()
+        hooked = tuple(m is None or global_hooks or any(_hooks.hook_dicts(m)) for m in leaves)
+        current = self.__dict__.get("_runtime")
+        compiled = compile_graph(
+            self._input_ids,
+            self._steps,
+            self._output_ids,
+            hooked,
+            (bool(stores.live), bool(stores.empty), bool(stores.tensors)),
+            self.graph.name,
+        )
+        namespace: dict[str, Any] = {
+            "sigs": self._signatures,
+            "live": stores.live,
+            "copies": stores.copies,
+            "empty": stores.empty,
+            "lens": stores.lens,
+            "tensors": stores.tensors,
+            "nones": stores.nones,
+            "NONE": NONE,
+            "is_": __import__("operator").is_,
+            "chain_values": __import__("itertools").chain.from_iterable,
+            "dict_values": dict.values,
+            "bind": GraphModule._bind,
+            "validate": GraphModule._validate,
+            "fail": partial(_fast_failure, compiled),
+        }
+        for i, module in enumerate(leaves):
+            # A missing module can only be met after validation, which reports it; never called before.
+            namespace[f"f{i}"] = _missing if module is None else (module if hooked[i] else module.forward)
+        execute = make_function(compiled.execute, namespace)
+        plain = current.plain if current is not None and current.compiled is compiled else None
+        if plain is None:
+            plain = make_function(compiled.plain, {})
+        self.__dict__["_runtime"] = _Runtime(stores, execute, plain, compiled, hooked)
+        self.__dict__["_owned"] = _hooks.own(self, (m for _p, m in _walk(self)), self._owned)
+
+    # -- calling --------------------------------------------------------------------------------------------
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if _is_compiling():
+            # Before any comparison: Dynamo traces plain module calls, and no Python state is consulted.
+            inputs = args if not kwargs and len(args) == len(self._input_names) else self._bind(args, kwargs)
+            return self._runtime.plain(self, *inputs)
+        return self._runtime.execute(self, args, kwargs)
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         names = self._input_names
@@ -48,29 +200,113 @@ class GraphModule(nn.Module):
         values = dict(zip(names, args))
         for key, value in kwargs.items():
             if key not in names:
-                raise HndlError(Problem("E_INPUT", f"unknown input {key!r}", node=key, expected=", ".join(names)))
+                raise HndlError(
+                    Problem(
+                        "E_INPUT",
+                        f"unknown input {key!r} for graph '{self.graph.name}'",
+                        node=key,
+                        op="input",
+                        expected=", ".join(names),
+                        actual=key,
+                    )
+                )
             if key in values:
-                raise HndlError(Problem("E_INPUT", f"input {key!r} given twice", node=key))
+                raise HndlError(Problem("E_INPUT", "given both by position and by name", node=key, op="input"))
             values[key] = value
         missing = [n for n in names if n not in values]
         if missing:
             raise HndlError(
-                Problem("E_INPUT", f"missing input {missing[0]!r}", node=missing[0], expected=", ".join(names))
+                Problem(
+                    "E_INPUT",
+                    "missing",
+                    node=missing[0],
+                    op="input",
+                    expected=", ".join(names),
+                    actual=", ".join(values) or "no inputs",
+                )
             )
         return tuple(values[n] for n in names)
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        inputs = self._bind(args, kwargs)
-        env: dict[str, Any] = dict(zip(self._checked.input_ids, inputs))
-        for step in self._steps:
-            module = self._module_at(step.node.path)
-            result = module(*(env[v] for v in step.inputs))
-            if len(step.outputs) == 1:
-                env[step.outputs[0]] = result
-            else:
-                env.update(zip(step.outputs, result))
-        outs = tuple(env[v] for v in self._output_ids)
+    def _validate(self, inputs: tuple[Any, ...]) -> Any:
+        """The full check of one call; returns this run's outputs (no node runs twice for one call).
+
+        Raises:
+            HndlError: E_INPUT, E_RUNTIME (registered state, or a layer failed) or E_CONTRACT.
+        """
+        with self._lock:
+            self.validations += 1
+        version = self._state_version
+        env = check_inputs(self._checked, inputs)
+        check_state(self._build_state, self, self._locations)
+        leaves = self._leaves()
+        # The registered state has just been found to match the build: this is the state to record.
+        stores = take_record(self, [m for m in leaves if m is not None])
+        values: dict[str, Any] = dict(zip(self._input_ids, inputs))
+        run_checked(self._steps, leaves, values, env)  # type: ignore[arg-type]
+        sig = (*(part for x in inputs for part in (x.shape, x.dtype, x.device)), version)
+        with self._lock:
+            self._install(leaves, stores)
+            sigs = self._signatures
+            if self._signatures_version != version:
+                sigs.clear()  # signatures of an older state version can never match again
+                self.__dict__["_signatures_version"] = version
+            if sig not in sigs:
+                while len(sigs) >= SIGNATURE_CACHE_SIZE:
+                    del sigs[next(iter(sigs))]
+                sigs[sig] = None
+        outs = tuple(values[v] for v in self._output_ids)
         return outs[0] if len(outs) == 1 else outs
 
+    # -- state changes PyTorch's hooks do not report ------------------------------------------------------------
 
-__all__ = ["GraphModule"]
+    def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> GraphModule:
+        # .to(), .half(), .double(), .cuda() ... all come through here; a conversion is a new state version.
+        result = super()._apply(fn, recurse)
+        state = self.__dict__.get("_build_state")
+        if state is not None:
+            state.refresh_dtypes(self)
+        _hooks.bump(self)
+        return result
+
+    # -- copying and pickling -------------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        for key in _RUNTIME_KEYS:
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._init_runtime()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> GraphModule:
+        # The record, generated code and signature cache are rebuilt for the clone's own modules, so the clone's
+        # first call validates and nothing of the original's runtime state (nor any tensor) is copied.
+        cls = type(self)
+        clone = cls.__new__(cls)
+        memo[id(self)] = clone
+        for key, value in self.__getstate__().items():
+            clone.__dict__[key] = copy.deepcopy(value, memo)
+        clone._init_runtime()
+        return clone
+
+    def extra_repr(self) -> str:
+        return f"graph={self.graph.name!r}"
+
+
+def _missing(*args: Any) -> Any:
+    raise HndlError(Problem("E_RUNTIME", "a node's module is missing"))
+
+
+def _fast_failure(compiled: Compiled, self: GraphModule, exc: BaseException) -> None:
+    """A layer raised on the fast path: find its step from the traceback line and raise E_RUNTIME from it."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != compiled.filename:
+        tb = tb.tb_next
+    index = compiled.lines.get(tb.tb_lineno) if tb is not None else None
+    if tb is None or index is None:
+        raise HndlError(Problem("E_RUNTIME", f"the call failed: {type(exc).__name__}: {exc}")) from exc
+    frame_locals = tb.tb_frame.f_locals
+    ins = [frame_locals.get(name) for name in compiled.step_locals[index]]
+    raise layer_failure(self._steps[index].node, ins, exc) from exc

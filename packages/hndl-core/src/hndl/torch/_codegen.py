@@ -1,0 +1,169 @@
+"""Generated Python for a GraphModule's call: one line per leaf step, mapped back to nodes for errors.
+
+Like ``torch.fx``'s ``recompile``, the source is registered in :mod:`linecache` under a fake file name, so
+tracebacks and debuggers show it, and a line-number -> step map lets a failure inside it be reported by node.
+Two functions are generated per graph:
+
+``execute(self, args, kwargs)``
+    The checked call. It computes the signature, tests it against the known signatures and the stores record
+    (inlined, so the hot path is a tuple build, a dict lookup and three C-level compares), then runs every
+    leaf step. A step calls ``module.forward`` directly, skipping ``nn.Module.__call__``, unless the module (or
+    the process) has a forward/backward hook, in which case it calls the module. Anything else goes to
+    ``validate``. The modules, the record's tuples and the signature dict are the function's globals, bound
+    when the record is taken; the record catches any replacement of a module, so binding them is safe.
+
+``plain(self, *inputs)``
+    The unchecked call used under ``torch.compile``: each step calls ``self.nodes[...]`` through ``__call__``,
+    the plainest code for Dynamo to trace.
+
+Compiled code objects are shared by every GraphModule whose generated source is identical (a deep copy, a
+rebuild of the same graph) through a small bounded cache keyed by the source text; it holds code, never a
+module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import linecache
+import threading
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._check import Step
+
+__all__ = ["Compiled", "compile_graph", "module_expr"]
+
+_CACHE_SIZE = 64
+_cache: dict[str, Compiled] = {}
+_cache_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """The code objects of one generated source, and how to map a line of ``execute`` back to its step."""
+
+    filename: str
+    source: str
+    execute: types.CodeType
+    plain: types.CodeType
+    lines: dict[int, int]  # line number in ``execute`` -> step index
+    step_locals: tuple[tuple[str, ...], ...]  # per step, the local names of its inputs
+
+
+def module_expr(path: Sequence[str]) -> str:
+    """``nodes['n_blocks'][0]['n_attn']`` for a path under ``nodes``."""
+    return "nodes" + "".join(f"[{int(k)}]" if k.isdigit() else f"[{k!r}]" for k in path)
+
+
+def compile_graph(
+    input_ids: Sequence[str],
+    steps: Sequence[Step],
+    output_ids: Sequence[str],
+    hooked: Sequence[bool],
+    terms: tuple[bool, bool, bool],
+    label: str,
+) -> Compiled:
+    """Generate and compile the two functions (or fetch them from the cache).
+
+    Args:
+        input_ids: the graph's input value ids, in call order.
+        steps: the leaf steps, in execution order.
+        output_ids: the value ids returned, resolved through subgraph aliases.
+        hooked: per step, whether the call must go through ``nn.Module.__call__``.
+        terms: which stores comparisons have something to compare: (copies, empty dicts, tensor dicts).
+        label: a readable name for the fake file (the graph name).
+    """
+    names: dict[str, str] = {v: f"a{i}" for i, v in enumerate(input_ids)}
+    args = ", ".join(names[v] for v in input_ids)
+    k = len(input_ids)
+    body: list[tuple[str, int]] = []  # (line, step index)
+    plain_body: list[str] = []
+    step_locals: list[tuple[str, ...]] = []
+    counter = 0
+    for i, step in enumerate(steps):
+        ins = tuple(names[v] for v in step.inputs)
+        step_locals.append(ins)
+        outs: list[str] = []
+        for v in step.outputs:
+            names[v] = f"v{counter}"
+            outs.append(f"v{counter}")
+            counter += 1
+        target = ", ".join(outs) + ("," if len(outs) == 1 and len(step.outputs) > 1 else "")
+        call_args = ", ".join(ins)
+        # The trailing comment names the node, for anyone reading the generated code in a traceback.
+        body.append((f"{target} = f{i}({call_args})  # {step.node.op} '{step.node.qualname}'", i))
+        plain_body.append(f"{target} = {module_expr(step.node.path)}({call_args})")
+    results = [names[v] for v in output_ids]
+    ret = results[0] if len(results) == 1 else "(" + ", ".join(results) + ("," if len(results) == 1 else "") + ")"
+
+    sig_parts = [f"{a}.shape, {a}.dtype, {a}.device" for a in (names[v] for v in input_ids)]
+    sig = "(" + ", ".join([*sig_parts, "self._state_version"]) + ("," if not sig_parts else "") + ")"
+    cond = ["sig in sigs"]
+    if terms[0]:
+        cond.append("live == copies")
+    if terms[1]:
+        cond.append("not any(empty)")
+    if terms[2]:
+        cond.append("tuple(map(len, tensors)) == lens")
+        cond.append("tuple(map(is_, chain_values(map(dict_values, tensors)), NONE)) == nones")
+
+    lines = [
+        "def execute(self, args, kwargs):",
+        f"    if kwargs or len(args) != {k}:",
+        "        args = bind(self, args, kwargs)",
+    ]
+    if k:
+        lines.append(f"    {args}{',' if k == 1 else ''} = args")
+    lines += [
+        "    try:",
+        f"        sig = {sig}",
+        "    except AttributeError:",
+        "        return validate(self, args)",
+        f"    if {' and '.join(cond)}:",
+        "        try:",
+    ]
+    line_map: dict[int, int] = {}
+    for text, index in body:
+        lines.append(f"            {text}")
+        line_map[len(lines)] = index
+    if not body:
+        lines.append("            pass")
+    lines += [
+        "        except Exception as exc:",
+        "            fail(self, exc)",
+        "            raise",
+        f"        return {ret}",
+        "    return validate(self, args)",
+        "",
+        f"def plain(self{', ' + args if k else ''}):",
+        "    nodes = self.nodes",
+        *(f"    {text}" for text in plain_body),
+        f"    return {ret}",
+        "",
+    ]
+    source = "\n".join(lines)
+    with _cache_lock:
+        hit = _cache.get(source)
+    if hit is not None:
+        return hit
+    digest = hashlib.sha1(source.encode()).hexdigest()[:12]
+    filename = f"<hndl generated: {label} {digest}>"
+    module_code = compile(source, filename, "exec")
+    codes = {c.co_name: c for c in module_code.co_consts if isinstance(c, types.CodeType)}
+    compiled = Compiled(filename, source, codes["execute"], codes["plain"], line_map, tuple(step_locals))
+    # mtime None: linecache.checkcache keeps entries that have no file behind them.
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    with _cache_lock:
+        if len(_cache) >= _CACHE_SIZE:
+            old = _cache.pop(next(iter(_cache)))
+            linecache.cache.pop(old.filename, None)
+        _cache[source] = compiled
+    return compiled
+
+
+def make_function(code: types.CodeType, namespace: dict[str, Any]) -> types.FunctionType:
+    """A function running ``code`` with ``namespace`` as its globals (one namespace per record)."""
+    namespace.setdefault("__builtins__", __builtins__)
+    return types.FunctionType(code, namespace, code.co_name)

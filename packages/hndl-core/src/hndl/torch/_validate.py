@@ -1,0 +1,368 @@
+"""The full check of one call: inputs against their contracts, registered state against the build, and every
+node's outputs against the types static inference gave them.
+
+Checkers return a reason (``""`` when the check passes) or a list of problems; :func:`run_checked` and the
+GraphModule raise them as one :class:`~hndl.HndlError` at the boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._check import CheckedGraph, CheckedNode, Step
+from .._contracts import TensorType, Variadic, dtype_satisfies, format_shape, is_unknown
+from .._dims import DimError, evaluate, format_dim, free_symbols
+from .._errors import HndlError, Problem, describe_node
+from ._state import BuildState
+
+__all__ = [
+    "check_inputs",
+    "check_state",
+    "layer_failure",
+    "run_checked",
+    "shape_text",
+]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def shape_text(value: Any) -> str:
+    """``[8, 784]`` for a tensor, the type name for anything else."""
+    if isinstance(value, torch.Tensor):
+        return format_shape(tuple(value.shape))
+    return type(value).__name__
+
+
+# --- inputs ---------------------------------------------------------------------------------------------
+
+
+def check_inputs(checked: CheckedGraph, inputs: Sequence[Any]) -> dict[str, Any]:
+    """Match each input against its contract; return the symbol bindings.
+
+    Raises:
+        HndlError: E_INPUT naming the input, the dim, expected vs actual and the bindings so far.
+    """
+    env: dict[str, Any] = {}
+    bound_by: dict[str, str] = {}
+    graph = checked.graph
+    for name, contract, value in zip(checked.input_names, checked.contracts, inputs):
+        where = graph.inputs[name].location if name in graph.inputs else None
+
+        fail = partial(_input_error, name, where, env)
+        if not isinstance(value, torch.Tensor):
+            raise fail(
+                f"must be a tensor, got {type(value).__name__}", expected="a torch.Tensor", actual=type(value).__name__
+            )
+        before = dict(env)
+        reason = contract.shape.match(tuple(value.shape), env, strict=True)
+        if reason:
+            fail = partial(_input_error, name, where, before)  # the bindings in force before this input
+            hint = None
+            if "bound" in reason:
+                mine = {contract.shape.variadic_name} | {
+                    s for d in contract.shape.dims if d is not None for s in free_symbols(d)
+                }
+                clash = [s for s in before if s in mine]
+                if clash:
+                    hint = "; ".join(f"{s} was bound by input {bound_by[s]!r}" for s in clash)
+            raise fail(reason, expected=str(contract.shape), actual=format_shape(tuple(value.shape)), hint=hint)
+        for symbol in env:
+            bound_by.setdefault(symbol, name)
+        actual_dtype = dtype_name(value.dtype)
+        if dtype_satisfies(actual_dtype, contract.dtype) is not True:
+            raise fail(
+                f"dtype must be {contract.dtype}, got {actual_dtype}", expected=contract.dtype, actual=actual_dtype
+            )
+        if contract.device is not None and not _device_matches(value.device, contract.device):
+            raise fail(
+                f"must be on device {contract.device}, got {value.device}",
+                expected=contract.device,
+                actual=str(value.device),
+                hint=f"move it with x.to({contract.device!r})",
+            )
+    return env
+
+
+def _input_error(
+    name: str,
+    where: str | None,
+    env: dict[str, Any],
+    message: str,
+    expected: Any = None,
+    actual: Any = None,
+    hint: str | None = None,
+) -> HndlError:
+    return HndlError(
+        Problem(
+            "E_INPUT",
+            message,
+            node=name,
+            op="input",
+            expected=expected,
+            actual=actual,
+            location=where,
+            bindings=dict(env) or None,
+            hint=hint,
+        )
+    )
+
+
+def _device_matches(device: torch.device, wanted: str) -> bool:
+    if ":" in wanted:
+        return str(device) == wanted
+    return device.type == wanted
+
+
+# --- registered state -----------------------------------------------------------------------------------
+
+
+def check_state(state: BuildState, root: nn.Module, locations: dict[str, str | None]) -> None:
+    """Compare the live module tree with the build.
+
+    Raises:
+        HndlError: E_RUNTIME, one problem per change, each ``registered state of <op> '<node>' no longer
+            matches the build: <change>``.
+    """
+    changes = state.diff(root)
+    if not changes:
+        return
+    problems = []
+    for node, op, change in changes:
+        who = describe_node(op, node) if node is not None else f"graph '{state.graph_name}'"
+        problems.append(
+            Problem(
+                "E_RUNTIME",
+                f"registered state of {who} no longer matches the build: {change}",
+                node=node,
+                op=op,
+                location=locations.get(node) if node is not None else None,
+                hint="put the original back (the next call checks again), or build the graph anew",
+            )
+        )
+    raise HndlError(problems, title=f"graph '{state.graph_name}'" if len(problems) > 1 else None)
+
+
+# --- running the nodes ----------------------------------------------------------------------------------
+
+
+def _scalars(env: dict[str, Any]) -> dict[str, int]:
+    return {k: v for k, v in env.items() if isinstance(v, int)}
+
+
+def _eval_dim(d: Any, scalars: dict[str, int]) -> int | None:
+    """The value of a static dim under the bindings, or ``None`` when it cannot be known (skip it)."""
+    if isinstance(d, int):
+        return d
+    if is_unknown(d) or not free_symbols(d) <= scalars.keys():
+        return None
+    try:
+        return evaluate(d, scalars)
+    except (DimError, ZeroDivisionError):
+        return None
+
+
+def _expected(shape: tuple[Any, ...], env: dict[str, Any]) -> tuple[list[Any], list[Any], bool, list[str]]:
+    """Split a static shape into checkable head and tail dims around an open run; also a display form."""
+    scalars = _scalars(env)
+    head: list[Any] = []
+    tail: list[Any] = []
+    shown: list[str] = []
+    open_run = False
+    for d in shape:
+        if isinstance(d, Variadic):
+            bound = env.get(d.name)
+            if bound is None or not all(isinstance(b, int) for b in bound):
+                open_run = True
+                shown.append("...")
+                continue
+            (tail if open_run else head).extend((b, b) for b in bound)
+            shown.extend(str(b) for b in bound)
+            continue
+        value = _eval_dim(d, scalars)
+        (tail if open_run else head).append((value, d))
+        if value is None:
+            shown.append("?" if is_unknown(d) else str(format_dim(d)))
+        else:
+            shown.append(str(value))
+    return head, tail, open_run, shown
+
+
+def shape_reason(static: TensorType, actual: tuple[int, ...], env: dict[str, Any]) -> tuple[str, str]:
+    """Why ``actual`` breaks ``static`` under ``env`` (``""`` if it does not), and the expected shape shown."""
+    if static.shape is None:
+        return "", "[...]"
+    head, tail, open_run, shown = _expected(static.shape, env)
+    expected_text = "[" + ", ".join(shown) + "]"
+    rank = len(actual)
+    fixed = len(head) + len(tail)
+    if (not open_run and rank != fixed) or (open_run and rank < fixed):
+        wanted = f">= {fixed}" if open_run else str(fixed)
+        return f"expected rank {wanted}, got rank {rank}", expected_text
+    pairs = list(enumerate(head)) + [(rank - len(tail) + i, t) for i, t in enumerate(tail)]
+    for index, (value, written) in pairs:
+        if value is not None and actual[index] != value:
+            if isinstance(written, int):
+                return f"dim {index} expected {value}, got {actual[index]}", expected_text
+            return f"dim {index} expected {format_dim(written)} = {value}, got {actual[index]}", expected_text
+    return "", expected_text
+
+
+def _port_names(node: CheckedNode, count: int, outputs: bool) -> list[str]:
+    if outputs:
+        names = node.opdef.output_names(node.params)
+        return names if len(names) == count else [str(i) for i in range(count)]
+    ports = node.opdef.inputs
+    out: list[str] = []
+    for i in range(count):
+        if i < len(ports) and not ports[i].variadic:
+            out.append(ports[i].name)
+        elif ports:
+            out.append(f"{ports[-1].name}[{i - len(ports) + 1}]")
+        else:
+            out.append(str(i))
+    return out
+
+
+def _dtype_reason(
+    node: CheckedNode, index: int, static: TensorType, value: torch.Tensor, ins: Sequence[Any], autocast: bool
+) -> tuple[str, str]:
+    actual = dtype_name(value.dtype)
+    if dtype_satisfies(actual, static.dtype) is not True and not autocast:
+        return f"dtype expected {static.dtype}, got {actual}", static.dtype
+    ports = node.opdef.outputs
+    rule = ports[min(index, len(ports) - 1)].dtype if ports else "any"
+    if rule.startswith("same:") and not autocast:
+        names = _port_names(node, len(ins), outputs=False)
+        source = rule[5:]
+        if source in names:
+            other = ins[names.index(source)]
+            if isinstance(other, torch.Tensor) and other.dtype != value.dtype:
+                wanted = dtype_name(other.dtype)
+                return f"dtype must match input {source!r} ({wanted}), got {actual}", wanted
+    return "", ""
+
+
+def layer_failure(node: CheckedNode, ins: Sequence[Any], exc: BaseException) -> HndlError:
+    """E_RUNTIME for a layer that raised: names the node, op and input shapes; the caller chains ``exc``."""
+    ports = _port_names(node, len(ins), outputs=False)
+    shapes = ", ".join(f"{p} {shape_text(v)}" for p, v in zip(ports, ins))
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    cause = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return HndlError(
+        Problem(
+            "E_RUNTIME",
+            f"the layer failed on input {shapes}: {cause}",
+            node=node.qualname,
+            op=node.op,
+            location=node.location,
+        )
+    )
+
+
+def run_checked(
+    steps: Sequence[Step],
+    modules: Sequence[Callable[..., Any]],
+    values: dict[str, Any],
+    env: dict[str, Any],
+) -> None:
+    """Run every step through ``__call__`` and check each output; fills ``values`` (value id -> tensor).
+
+    Raises:
+        HndlError: E_CONTRACT for an output that breaks its static type (shape, dtype, device, count) or
+            inputs on different devices; E_RUNTIME for a layer that raised, with the exception chained.
+    """
+    autocast = any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
+    for step, module in zip(steps, modules):
+        node = step.node
+        ins = [values[v] for v in step.inputs]
+        devices = {v.device for v in ins if isinstance(v, torch.Tensor)}
+        if len(devices) > 1:
+            ports = _port_names(node, len(ins), outputs=False)
+            first = next(v.device for v in ins if isinstance(v, torch.Tensor))
+            where = next(p for p, v in zip(ports, ins) if isinstance(v, torch.Tensor) and v.device != first)
+            raise HndlError(
+                Problem(
+                    "E_CONTRACT",
+                    "the inputs are on different devices: "
+                    + ", ".join(f"{p} on {v.device}" for p, v in zip(ports, ins) if isinstance(v, torch.Tensor)),
+                    node=node.qualname,
+                    op=node.op,
+                    port=where,
+                    expected=str(first),
+                    actual=", ".join(sorted(str(d) for d in devices)),
+                    location=node.location,
+                )
+            )
+        try:
+            result = module(*ins)
+        except Exception as exc:
+            raise layer_failure(node, ins, exc) from exc
+        count = len(step.outputs)
+        outs = _split(node, result, count, env)
+        ports = _port_names(node, count, outputs=True)
+        for i, (value_id, value, static) in enumerate(zip(step.outputs, outs, node.out_types)):
+            problem = _check_output(node, ports[i], i, static, value, ins, env, autocast)
+            if problem is not None:
+                raise HndlError(problem)
+            values[value_id] = value
+
+
+def _split(node: CheckedNode, result: Any, count: int, env: dict[str, Any]) -> Sequence[Any]:
+    if count == 1:
+        return (result,)
+    if not isinstance(result, (tuple, list)) or len(result) != count:
+        got = f"{len(result)} values" if isinstance(result, (tuple, list)) else f"one {type(result).__name__}"
+        raise HndlError(
+            Problem(
+                "E_CONTRACT",
+                f"the layer returned {got}, the op declares {count} outputs",
+                node=node.qualname,
+                op=node.op,
+                expected=f"{count} tensors",
+                actual=got,
+                location=node.location,
+            )
+        )
+    return result
+
+
+def _check_output(
+    node: CheckedNode,
+    port: str,
+    index: int,
+    static: TensorType,
+    value: Any,
+    ins: Sequence[Any],
+    env: dict[str, Any],
+    autocast: bool,
+) -> Problem | None:
+    def problem(message: str, expected: Any, actual: Any) -> Problem:
+        return Problem(
+            "E_CONTRACT",
+            message,
+            node=node.qualname,
+            op=node.op,
+            port=port,
+            expected=expected,
+            actual=actual,
+            location=node.location,
+            bindings=dict(env) or None,
+        )
+
+    if not isinstance(value, torch.Tensor):
+        return problem(f"output is {type(value).__name__}, not a tensor", "a torch.Tensor", type(value).__name__)
+    actual_shape = tuple(value.shape)
+    reason, expected_text = shape_reason(static, actual_shape, env)
+    if reason:
+        return problem(f"output {reason}", expected_text, format_shape(actual_shape))
+    reason, wanted = _dtype_reason(node, index, static, value, ins, autocast)
+    if reason:
+        return problem(f"output {reason}", wanted, dtype_name(value.dtype))
+    return None

@@ -1,0 +1,357 @@
+"""Registered-state changes: what the next call notices (registration hooks, the stores record) and what it
+does not, plus torch.func.functional_call, deepcopy and pickle."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import io
+import pickle
+import weakref
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+
+import hndl
+from hndl.torch._stores import stores_match
+
+
+def mlp(bias: bool = True) -> hndl.GraphModule:
+    g = hndl.Graph("mlp")
+    x = g.input("x", ("B", 8))
+    h = g.add("linear", x, name="hidden", out_features=16)
+    h = g.add("relu", h, name="act")
+    g.output(g.add("linear", h, name="out", out_features=4, bias=bias))
+    return hndl.build(g)
+
+
+X = torch.randn(3, 8)
+
+
+def ready(model: hndl.GraphModule | None = None) -> hndl.GraphModule:
+    model = model or mlp()
+    model(X)
+    model(X)
+    assert model.validations == 1
+    return model
+
+
+# --- detected ----------------------------------------------------------------------------------------------
+
+
+def _del_weight(m: hndl.GraphModule) -> Callable[[], None]:
+    layer = m.nodes.n_hidden
+    weight = layer.weight
+    del layer.weight
+    return lambda: layer.register_parameter("weight", weight)
+
+
+def _bias_none(m: hndl.GraphModule) -> Callable[[], None]:
+    layer = m.nodes.n_hidden
+    bias = layer.bias
+    layer.bias = None
+    return lambda: setattr(layer, "bias", bias)
+
+
+def _write_parameters_none(m: hndl.GraphModule) -> Callable[[], None]:
+    store = m.nodes.n_hidden._parameters
+    bias = store["bias"]
+    store["bias"] = None
+    return lambda: store.__setitem__("bias", bias)
+
+
+def _pop_parameter(m: hndl.GraphModule) -> Callable[[], None]:
+    store = m.nodes.n_hidden._parameters
+    bias = store.pop("bias")
+    return lambda: store.__setitem__("bias", bias)
+
+
+def _write_buffer(m: hndl.GraphModule) -> Callable[[], None]:
+    store = m.nodes.n_hidden._buffers
+    store["extra"] = torch.zeros(1)
+    return lambda: store.pop("extra")
+
+
+def _add_parameter_to_empty(m: hndl.GraphModule) -> Callable[[], None]:
+    store = m.nodes.n_act._parameters
+    store["scale"] = nn.Parameter(torch.ones(1))
+    return lambda: store.pop("scale")
+
+
+def _module_none(m: hndl.GraphModule) -> Callable[[], None]:
+    store = m.nodes._modules
+    layer = store["n_act"]
+    store["n_act"] = None
+    return lambda: store.__setitem__("n_act", layer)
+
+
+def _module_removed(m: hndl.GraphModule) -> Callable[[], None]:
+    store = m.nodes._modules
+    layer = store.pop("n_out")
+    return lambda: store.__setitem__("n_out", layer)
+
+
+def _module_added(m: hndl.GraphModule) -> Callable[[], None]:
+    store = m.nodes.n_act._modules
+    store["inner"] = nn.Identity()
+    return lambda: store.pop("inner")
+
+
+def _module_replaced(m: hndl.GraphModule) -> Callable[[], None]:
+    store = m.nodes._modules
+    layer = store["n_act"]
+    store["n_act"] = nn.Tanh()
+    return lambda: store.__setitem__("n_act", layer)
+
+
+CHANGES = {
+    "del module.weight": (_del_weight, "linear 'hidden'", "parameter 'nodes.n_hidden.weight' was removed"),
+    "linear.bias = None": (_bias_none, "linear 'hidden'", "parameter 'nodes.n_hidden.bias' was set to None"),
+    "_parameters[name] = None": (
+        _write_parameters_none,
+        "linear 'hidden'",
+        "parameter 'nodes.n_hidden.bias' was set to None",
+    ),
+    "_parameters.pop(name)": (_pop_parameter, "linear 'hidden'", "parameter 'nodes.n_hidden.bias' was removed"),
+    "_buffers[new] = tensor": (_write_buffer, "linear 'hidden'", "buffer 'nodes.n_hidden.extra' was added"),
+    "entry added to an empty dict": (
+        _add_parameter_to_empty,
+        "relu 'act'",
+        "parameter 'nodes.n_act.scale' was added",
+    ),
+    "submodule set to None": (_module_none, "relu 'act'", "submodule 'nodes.n_act' was set to None"),
+    "submodule removed": (_module_removed, "linear 'out'", "submodule 'nodes.n_out' was removed"),
+    "submodule added": (_module_added, "relu 'act'", "submodule 'nodes.n_act.inner' was added (Identity)"),
+    "submodule replaced": (
+        _module_replaced,
+        "relu 'act'",
+        "submodule 'nodes.n_act' was replaced: the build made ReLU, now it is Tanh",
+    ),
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_registered_state_change_is_caught_on_the_next_call_and_restoring_it_passes(change):
+    make, who, what = CHANGES[change]
+    model = ready()
+    restore = make(model)
+    with pytest.raises(hndl.HndlError) as info:
+        model(X)
+    err = info.value
+    assert err.code == "E_RUNTIME"
+    assert f"registered state of {who} no longer matches the build: {what}" in str(err)
+    assert err.node == who.split("'")[1]
+    assert model.validations == 2
+    with pytest.raises(hndl.HndlError):  # still broken: still caught, never a raw torch error
+        model(X)
+    restore()
+    assert model(X).shape == (3, 4)
+    assert model(X).shape == (3, 4)
+
+
+def test_the_documented_message_form():
+    model = ready()
+    model.nodes.n_hidden.bias = None
+    with pytest.raises(hndl.HndlError) as info:
+        model(X)
+    assert str(info.value).splitlines()[0] == (
+        "E_RUNTIME linear 'hidden': registered state of linear 'hidden' no longer matches the build:"
+        " parameter 'nodes.n_hidden.bias' was set to None"
+    )
+
+
+def test_a_registration_hook_bumps_only_the_owning_models():
+    model, other = ready(), ready()
+    model.nodes.n_hidden.weight = nn.Parameter(model.nodes.n_hidden.weight.detach().clone())
+    for _ in range(10):
+        nn.Linear(4, 4)  # unrelated modules registering parameters
+    model(X)
+    other(X)
+    assert model.validations == 2
+    assert other.validations == 1
+
+
+def test_a_parameter_of_another_shape_assigned_through_setattr_is_caught():
+    model = ready()
+    model.nodes.n_out.weight = nn.Parameter(torch.randn(4, 5))
+    with pytest.raises(
+        hndl.HndlError, match=r"parameter 'nodes.n_out.weight' has shape \[4, 5\], the build made \[4, 16\]"
+    ):
+        model(X)
+
+
+def test_a_same_class_replacement_with_the_same_shapes_matches_the_build_and_is_used():
+    model = ready()
+    replacement = nn.Linear(16, 4)
+    model.nodes._modules["n_out"] = replacement  # hookless
+    out = model(X)
+    assert model.validations == 2
+    hidden = torch.relu(model.nodes.n_hidden(X))
+    assert torch.equal(out, replacement(hidden))
+    assert torch.equal(model(X), replacement(hidden))  # and the fast path now runs it
+    assert model.validations == 2
+
+
+# --- not detected (pinned; documented in SPEC section 11) ----------------------------------------------------
+
+
+def test_not_detected_a_whole_dict_replaced():
+    model = ready()
+    layer = model.nodes.n_hidden
+    layer._parameters = {"weight": layer.weight, "bias": None}  # bias cleared by replacing the dict
+    out = model(X)
+    assert model.validations == 1  # the record watches the old dict object
+    assert torch.equal(out, model.nodes.n_out(torch.relu(X @ layer.weight.T)))
+
+
+def test_not_detected_a_reorder():
+    model = ready()
+    store = model.nodes.n_hidden._parameters
+    items = list(store.items())
+    store.clear()
+    store.update(reversed(items))
+    assert list(store) == ["bias", "weight"]
+    model(X)
+    assert model.validations == 1
+
+
+def test_not_detected_one_name_removed_and_another_added_in_the_same_dict():
+    model = ready()
+    store = model.nodes.n_hidden._parameters
+    store["renamed"] = store.pop("bias")
+    with pytest.raises(hndl.HndlError) as info:
+        model(X)
+    # The record sees the same length and no None: the fast path runs, and the layer itself fails.
+    assert "the layer failed on input x [3, 8]: AttributeError" in str(info.value)
+    assert "registered state" not in str(info.value)
+    assert model.validations == 1
+
+
+class EqualToEverything(nn.ReLU):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = nn.Module.__hash__
+
+
+def test_not_detected_a_submodule_replaced_by_one_that_says_it_is_equal():
+    model = ready()
+    store = model.nodes._modules
+    original = store["n_act"]
+    store["n_act"] = EqualToEverything()  # dict.__eq__ asks the *copy's* value, which is identity...
+    model(X)
+    # ... and the live value's __eq__ answers True, so the change goes unnoticed and the old module keeps running.
+    assert model.validations == 1
+    store["n_act"] = original
+
+
+def test_not_detected_a_same_name_tensor_swap():
+    model = ready()
+    store = model.nodes.n_hidden._parameters
+    store["weight"] = nn.Parameter(torch.zeros_like(store["weight"]))
+    out = model(X)
+    assert model.validations == 1
+    assert torch.equal(out, model.nodes.n_out(torch.relu(model.nodes.n_hidden(X))))
+
+
+# --- torch.func.functional_call ------------------------------------------------------------------------------
+
+
+def params_like(model: nn.Module, seed: int) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return {k: torch.randn(v.shape, generator=gen) for k, v in model.named_parameters()}
+
+
+def test_a_tensor_swapped_in_under_its_name_stays_on_the_unchecked_path():
+    model = ready()
+    first, second = params_like(model, 1), params_like(model, 2)
+    twin = mlp()
+    outs = []
+    for params in (first, second, first, second):
+        outs.append(torch.func.functional_call(model, params, (X,)))
+        assert torch.equal(outs[-1], torch.func.functional_call(twin, params, (X,)))
+    assert model.validations == 1
+    assert torch.equal(outs[0], outs[2])
+    assert not torch.equal(outs[0], outs[1])
+    assert stores_match(model._runtime.stores)
+
+
+def test_functional_call_keeps_no_generated_weights_alive():
+    model = ready()
+    refs = []
+    for seed in range(3):
+        params = {k: v * 2 for k, v in params_like(model, seed).items()}  # generated, non-leaf tensors
+        refs.extend(weakref.ref(t) for t in params.values())
+        torch.func.functional_call(model, params, (X,))
+        del params
+    gc.collect()
+    assert [r() for r in refs] == [None] * len(refs)
+
+
+@pytest.mark.parametrize("kind", ["plain", "grad", "vmap"])
+def test_deepcopy_after_functional_call(kind):
+    model = ready()
+    if kind == "plain":
+        torch.func.functional_call(model, params_like(model, 1), (X,))
+    elif kind == "grad":
+        params = {k: v.requires_grad_() * 1.0 for k, v in params_like(model, 1).items()}  # non-leaf
+        torch.func.functional_call(model, params, (X,)).sum().backward()
+    else:
+        batched = {k: torch.stack([v, v + 1]) for k, v in params_like(model, 1).items()}
+        torch.func.vmap(lambda p: torch.func.functional_call(model, p, (X,)))(batched)
+    clone = copy.deepcopy(model)
+    assert clone.validations == model.validations
+    assert torch.equal(clone(X), model(X))
+    assert clone.validations == model.validations + 1  # the clone's first call validates
+    assert clone._runtime.stores.live[0] is not model._runtime.stores.live[0]
+    assert all(a is not b for a, b in zip(clone.parameters(), model.parameters()))
+
+
+# --- deepcopy and pickle --------------------------------------------------------------------------------------
+
+
+def test_a_deepcopy_has_its_own_record_and_is_checked_on_its_own():
+    model = ready()
+    clone = copy.deepcopy(model)
+    clone(X)
+    clone.nodes.n_hidden.bias = None
+    with pytest.raises(hndl.HndlError):
+        clone(X)
+    model(X)
+    assert model.validations == 1
+
+
+def test_a_deepcopy_of_a_broken_model_reports_the_break_on_its_first_call():
+    model = ready()
+    del model.nodes.n_hidden.weight
+    clone = copy.deepcopy(model)
+    with pytest.raises(hndl.HndlError, match=r"parameter 'nodes\.n_hidden\.weight' was removed"):
+        clone(X)
+
+
+@pytest.mark.parametrize("how", ["pickle", "torch.save"])
+def test_pickling_round_trips_and_rebuilds_the_runtime(how):
+    model = ready()
+    if how == "pickle":
+        loaded = pickle.loads(pickle.dumps(model))
+    else:
+        buffer = io.BytesIO()
+        torch.save(model, buffer)
+        buffer.seek(0)
+        loaded = torch.load(buffer, weights_only=False)
+    state = model.__getstate__()
+    for key in ("_runtime", "_signatures", "_lock", "_owned"):
+        assert key not in state
+    assert torch.equal(loaded(X), model(X))
+    loaded.nodes.n_hidden.bias = None
+    with pytest.raises(hndl.HndlError, match="was set to None"):
+        loaded(X)
+
+
+def test_copy_copy_gets_its_own_runtime():
+    model = ready()
+    shallow = copy.copy(model)
+    assert shallow._runtime is not model._runtime
+    assert torch.equal(shallow(X), model(X))
