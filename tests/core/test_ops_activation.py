@@ -4,59 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from op_helpers import infer, one_node_graph, problem, runs_as_inferred
 
 import hndl
-from hndl._contracts import format_shape, is_unknown
-from hndl._dims import evaluate, parse_dim
-
-# --- helpers shared by the op tests (kept per file: tests/ is not a package) -----------------------------
-
-
-def _graph(op: str, shapes: tuple, dtypes: list | None, params: dict) -> hndl.Graph:
-    g = hndl.Graph("t")
-    dtypes = dtypes or [None] * len(shapes)
-    xs = [g.input(f"x{i}", s, dtype=d) for i, (s, d) in enumerate(zip(shapes, dtypes))]
-    h = g.add(op, xs, name="n", **params)
-    count = g.output_count("n") or 1
-    g.output([h[i] for i in range(count)] if count > 1 else h)
-    return g
-
-
-def infer(op: str, *shapes, dtypes: list | None = None, **params) -> list[str]:
-    """The inferred output shapes of one ``op`` node, as text (``[N, 4, (H-3)//2+1]``)."""
-    node = hndl.check(_graph(op, shapes, dtypes, params)).nodes[0]
-    return [format_shape(t.shape) for t in node.out_types]
-
-
-def problem(op: str, *shapes, dtypes: list | None = None, **params) -> hndl.Problem:
-    """The single problem the checker reports for one ``op`` node."""
-    with pytest.raises(hndl.HndlError) as info:
-        hndl.check(_graph(op, shapes, dtypes, params))
-    assert len(info.value.problems) == 1, str(info.value)
-    return info.value.problems[0]
-
-
-def runs_as_inferred(op: str, *shapes, env: dict, dtypes: list | None = None, **params) -> list[torch.Tensor]:
-    """Build the node, run it in eval mode on tensors sized by ``env``: real shapes equal inferred ones."""
-    g = _graph(op, shapes, dtypes, params)
-    checked = hndl.check(g)
-    model = hndl.build(g).eval()
-    tensors = []
-    for shape, dtype in zip(shapes, dtypes or [None] * len(shapes)):
-        real = [evaluate(parse_dim(d), env) for d in shape]
-        tensors.append(torch.randint(0, 4, real) if dtype == "int64" else torch.randn(real))
-    out = model(*tensors)
-    outs = out if isinstance(out, tuple) else (out,)
-    types = checked.nodes[0].out_types
-    assert len(outs) == len(types)
-    for t, y in zip(types, outs):
-        assert t.shape is not None
-        assert len(t.shape) == y.dim()
-        # an unknown dim (``?``) is one inference could not pin; the run-time check leaves it free too
-        expected = tuple(real if is_unknown(d) else evaluate(d, env) for d, real in zip(t.shape, y.shape))
-        assert tuple(y.shape) == expected
-    return list(outs)
-
 
 # --- activations ----------------------------------------------------------------------------------------
 
@@ -76,13 +26,13 @@ def test_activation_keeps_shape_and_builds_the_torch_module(op):
     assert infer(op, ("B", "T", 8)) == ["[B, T, 8]"]
     assert infer(op, ("*batch", 8)) == ["[*batch, 8]"]
     runs_as_inferred(op, ("B", "T", 8), env={"B": 2, "T": 3})
-    model = hndl.build(_graph(op, (("B", 8),), None, {}))
+    model = hndl.build(one_node_graph(op, (("B", 8),), None, {}))
     assert type(model.nodes["n_n"]) is MODULES[op]
 
 
 @pytest.mark.parametrize("op", sorted(MODULES))
 def test_activation_keeps_the_input_dtype(op):
-    g = _graph(op, (("B", 8),), ["float64"], {})
+    g = one_node_graph(op, (("B", 8),), ["float64"], {})
     assert hndl.check(g).nodes[0].out_types[0].dtype == "float64"
 
 
@@ -94,7 +44,7 @@ def test_activation_needs_a_float_input(op):
 
 
 def test_gelu_approximate():
-    model = hndl.build(_graph("gelu", (("B", 8),), None, {"approximate": "tanh"}))
+    model = hndl.build(one_node_graph("gelu", (("B", 8),), None, {"approximate": "tanh"}))
     x = torch.randn(3, 8)
     assert torch.equal(model(x), torch.nn.functional.gelu(x, approximate="tanh"))
     p = problem("gelu", ("B", 4), approximate="fast")
@@ -105,7 +55,7 @@ def test_gelu_approximate():
 @pytest.mark.parametrize("dim", [0, 1, -1, -2])
 def test_softmax_dim(op, dim):
     runs_as_inferred(op, ("B", 4), env={"B": 3}, dim=dim)
-    assert hndl.build(_graph(op, (("B", 4),), None, {"dim": dim})).nodes["n_n"].dim == dim
+    assert hndl.build(one_node_graph(op, (("B", 4),), None, {"dim": dim})).nodes["n_n"].dim == dim
 
 
 @pytest.mark.parametrize(("op", "dim"), [("softmax", 2), ("log_softmax", -3)])
@@ -125,7 +75,7 @@ def test_softmax_dim_on_an_open_rank_is_left_to_run_time():
 
 def test_attention_shape_and_modules():
     assert infer("attention", ("B", "T", 64), num_heads=4) == ["[B, T, 64]"]
-    model = hndl.build(_graph("attention", (("B", "T", 64),), None, {"num_heads": 4, "causal": True}))
+    model = hndl.build(one_node_graph("attention", (("B", "T", 64),), None, {"num_heads": 4, "causal": True}))
     attn = model.nodes["n_n"]
     assert (attn.num_heads, attn.embed_dim, attn.causal) == (4, 64, True)
     assert attn.qkv.weight.shape == (192, 64)
@@ -139,7 +89,7 @@ def test_attention_runs_as_inferred(causal):
 
 
 def test_attention_is_causal_when_asked():
-    model = hndl.build(_graph("attention", (("B", "T", 16),), None, {"num_heads": 2, "causal": True})).eval()
+    model = hndl.build(one_node_graph("attention", (("B", "T", 16),), None, {"num_heads": 2, "causal": True})).eval()
     x = torch.randn(1, 6, 16)
     changed = x.clone()
     changed[:, 4:] += 1.0  # later positions must not influence earlier outputs
@@ -148,7 +98,7 @@ def test_attention_is_causal_when_asked():
 
 
 def test_attention_dropout_only_in_training():
-    model = hndl.build(_graph("attention", (("B", "T", 16),), None, {"num_heads": 2, "dropout": 0.9}))
+    model = hndl.build(one_node_graph("attention", (("B", "T", 16),), None, {"num_heads": 2, "dropout": 0.9}))
     x = torch.randn(2, 8, 16)
     model.eval()
     assert torch.equal(model(x), model(x))

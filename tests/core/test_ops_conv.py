@@ -3,60 +3,9 @@
 from __future__ import annotations
 
 import pytest
-import torch
+from op_helpers import infer, one_node_graph, problem, runs_as_inferred
 
 import hndl
-from hndl._contracts import format_shape, is_unknown
-from hndl._dims import evaluate, parse_dim
-
-# --- helpers shared by the op tests (kept per file: tests/ is not a package) -----------------------------
-
-
-def _graph(op: str, shapes: tuple, dtypes: list | None, params: dict) -> hndl.Graph:
-    g = hndl.Graph("t")
-    dtypes = dtypes or [None] * len(shapes)
-    xs = [g.input(f"x{i}", s, dtype=d) for i, (s, d) in enumerate(zip(shapes, dtypes))]
-    h = g.add(op, xs, name="n", **params)
-    count = g.output_count("n") or 1
-    g.output([h[i] for i in range(count)] if count > 1 else h)
-    return g
-
-
-def infer(op: str, *shapes, dtypes: list | None = None, **params) -> list[str]:
-    """The inferred output shapes of one ``op`` node, as text (``[N, 4, (H-3)//2+1]``)."""
-    node = hndl.check(_graph(op, shapes, dtypes, params)).nodes[0]
-    return [format_shape(t.shape) for t in node.out_types]
-
-
-def problem(op: str, *shapes, dtypes: list | None = None, **params) -> hndl.Problem:
-    """The single problem the checker reports for one ``op`` node."""
-    with pytest.raises(hndl.HndlError) as info:
-        hndl.check(_graph(op, shapes, dtypes, params))
-    assert len(info.value.problems) == 1, str(info.value)
-    return info.value.problems[0]
-
-
-def runs_as_inferred(op: str, *shapes, env: dict, dtypes: list | None = None, **params) -> list[torch.Tensor]:
-    """Build the node, run it in eval mode on tensors sized by ``env``: real shapes equal inferred ones."""
-    g = _graph(op, shapes, dtypes, params)
-    checked = hndl.check(g)
-    model = hndl.build(g).eval()
-    tensors = []
-    for shape, dtype in zip(shapes, dtypes or [None] * len(shapes)):
-        real = [evaluate(parse_dim(d), env) for d in shape]
-        tensors.append(torch.randint(0, 4, real) if dtype == "int64" else torch.randn(real))
-    out = model(*tensors)
-    outs = out if isinstance(out, tuple) else (out,)
-    types = checked.nodes[0].out_types
-    assert len(outs) == len(types)
-    for t, y in zip(types, outs):
-        assert t.shape is not None
-        assert len(t.shape) == y.dim()
-        # an unknown dim (``?``) is one inference could not pin; the run-time check leaves it free too
-        expected = tuple(real if is_unknown(d) else evaluate(d, env) for d, real in zip(t.shape, y.shape))
-        assert tuple(y.shape) == expected
-    return list(outs)
-
 
 # --- conv1d ---------------------------------------------------------------------------------------------
 
@@ -80,7 +29,7 @@ def test_conv1d_runs_as_inferred(params, env):
 
 
 def test_conv1d_infers_in_channels():
-    node = hndl.check(_graph("conv1d", (("N", 12, "L"),), None, {"out_channels": 3, "kernel_size": 3})).nodes[0]
+    node = hndl.check(one_node_graph("conv1d", (("N", 12, "L"),), None, {"out_channels": 3, "kernel_size": 3})).nodes[0]
     assert node.params["in_channels"] == 12
 
 
@@ -242,5 +191,5 @@ def test_adaptive_pool_errors():
 
 
 def test_conv_keeps_dtype():
-    g = _graph("conv2d", (("N", 3, 8, 8),), ["float64"], {"out_channels": 2, "kernel_size": 3})
+    g = one_node_graph("conv2d", (("N", 3, 8, 8),), ["float64"], {"out_channels": 2, "kernel_size": 3})
     assert hndl.check(g).nodes[0].out_types[0].dtype == "float64"

@@ -4,62 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from op_helpers import infer, one_node_graph, problem, runs_as_inferred
 
 import hndl
-from hndl._contracts import format_shape, is_unknown
-from hndl._dims import evaluate, parse_dim
-
-# --- helpers shared by the op tests (kept per file: tests/ is not a package) -----------------------------
-
-
-def _graph(op: str, shapes: tuple, dtypes: list | None, params: dict) -> hndl.Graph:
-    g = hndl.Graph("t")
-    dtypes = dtypes or [None] * len(shapes)
-    xs = [g.input(f"x{i}", s, dtype=d) for i, (s, d) in enumerate(zip(shapes, dtypes))]
-    h = g.add(op, xs, name="n", **params)
-    count = g.output_count("n") or 1
-    g.output([h[i] for i in range(count)] if count > 1 else h)
-    return g
-
-
-def infer(op: str, *shapes, dtypes: list | None = None, **params) -> list[str]:
-    """The inferred output shapes of one ``op`` node, as text (``[N, 4, (H-3)//2+1]``)."""
-    node = hndl.check(_graph(op, shapes, dtypes, params)).nodes[0]
-    return [format_shape(t.shape) for t in node.out_types]
-
-
-def problem(op: str, *shapes, dtypes: list | None = None, **params) -> hndl.Problem:
-    """The single problem the checker reports for one ``op`` node."""
-    with pytest.raises(hndl.HndlError) as info:
-        hndl.check(_graph(op, shapes, dtypes, params))
-    assert len(info.value.problems) == 1, str(info.value)
-    return info.value.problems[0]
-
-
-def runs_as_inferred(op: str, *shapes, env: dict, dtypes: list | None = None, **params) -> list[torch.Tensor]:
-    """Build the node, run it in eval mode on tensors sized by ``env``: real shapes equal inferred ones."""
-    g = _graph(op, shapes, dtypes, params)
-    checked = hndl.check(g)
-    model = hndl.build(g).eval()
-    tensors = []
-    for shape, dtype in zip(shapes, dtypes or [None] * len(shapes)):
-        real = [evaluate(parse_dim(d), env) for d in shape]
-        tensors.append(torch.randint(0, 4, real) if dtype == "int64" else torch.randn(real))
-    out = model(*tensors)
-    outs = out if isinstance(out, tuple) else (out,)
-    types = checked.nodes[0].out_types
-    assert len(outs) == len(types)
-    for t, y in zip(types, outs):
-        assert t.shape is not None
-        assert len(t.shape) == y.dim()
-        # an unknown dim (``?``) is one inference could not pin; the run-time check leaves it free too
-        expected = tuple(real if is_unknown(d) else evaluate(d, env) for d, real in zip(t.shape, y.shape))
-        assert tuple(y.shape) == expected
-    return list(outs)
 
 
 def _dtype(op: str, *shapes, dtypes: list) -> str:
-    return hndl.check(_graph(op, shapes, dtypes, {})).nodes[0].out_types[0].dtype
+    return hndl.check(one_node_graph(op, shapes, dtypes, {})).nodes[0].out_types[0].dtype
 
 
 # --- add, mul -------------------------------------------------------------------------------------------
@@ -97,7 +48,7 @@ def test_broadcast_shapes(op, a, b, expected):
 def test_broadcast_runs_as_inferred(op, a, b, env):
     runs_as_inferred(op, a, b, env=env)
     x1, x2 = torch.ones(2, 3), torch.full((3,), 2.0)
-    model = hndl.build(_graph(op, ((2, 3), (3,)), None, {}))
+    model = hndl.build(one_node_graph(op, ((2, 3), (3,)), None, {}))
     assert torch.equal(model(x1, x2), x1 + x2 if op == "add" else x1 * x2)
 
 

@@ -4,62 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from op_helpers import infer, one_node_graph, problem, runs_as_inferred
 
 import hndl
-from hndl._contracts import format_shape, is_unknown
-from hndl._dims import evaluate, parse_dim
-
-# --- helpers shared by the op tests (kept per file: tests/ is not a package) -----------------------------
-
-
-def _graph(op: str, shapes: tuple, dtypes: list | None, params: dict) -> hndl.Graph:
-    g = hndl.Graph("t")
-    dtypes = dtypes or [None] * len(shapes)
-    xs = [g.input(f"x{i}", s, dtype=d) for i, (s, d) in enumerate(zip(shapes, dtypes))]
-    h = g.add(op, xs, name="n", **params)
-    count = g.output_count("n") or 1
-    g.output([h[i] for i in range(count)] if count > 1 else h)
-    return g
-
-
-def infer(op: str, *shapes, dtypes: list | None = None, **params) -> list[str]:
-    """The inferred output shapes of one ``op`` node, as text (``[N, 4, (H-3)//2+1]``)."""
-    node = hndl.check(_graph(op, shapes, dtypes, params)).nodes[0]
-    return [format_shape(t.shape) for t in node.out_types]
-
-
-def problem(op: str, *shapes, dtypes: list | None = None, **params) -> hndl.Problem:
-    """The single problem the checker reports for one ``op`` node."""
-    with pytest.raises(hndl.HndlError) as info:
-        hndl.check(_graph(op, shapes, dtypes, params))
-    assert len(info.value.problems) == 1, str(info.value)
-    return info.value.problems[0]
-
-
-def runs_as_inferred(op: str, *shapes, env: dict, dtypes: list | None = None, **params) -> list[torch.Tensor]:
-    """Build the node, run it in eval mode on tensors sized by ``env``: real shapes equal inferred ones."""
-    g = _graph(op, shapes, dtypes, params)
-    checked = hndl.check(g)
-    model = hndl.build(g).eval()
-    tensors = []
-    for shape, dtype in zip(shapes, dtypes or [None] * len(shapes)):
-        real = [evaluate(parse_dim(d), env) for d in shape]
-        tensors.append(torch.randint(0, 4, real) if dtype == "int64" else torch.randn(real))
-    out = model(*tensors)
-    outs = out if isinstance(out, tuple) else (out,)
-    types = checked.nodes[0].out_types
-    assert len(outs) == len(types)
-    for t, y in zip(types, outs):
-        assert t.shape is not None
-        assert len(t.shape) == y.dim()
-        # an unknown dim (``?``) is one inference could not pin; the run-time check leaves it free too
-        expected = tuple(real if is_unknown(d) else evaluate(d, env) for d, real in zip(t.shape, y.shape))
-        assert tuple(y.shape) == expected
-    return list(outs)
 
 
 def _params(op: str, shape: tuple, **params) -> dict:
-    return dict(hndl.check(_graph(op, (shape,), None, params)).nodes[0].params)
+    return dict(hndl.check(one_node_graph(op, (shape,), None, params)).nodes[0].params)
 
 
 # --- batchnorm ------------------------------------------------------------------------------------------
@@ -79,7 +30,9 @@ def test_batchnorm2d_infers_num_features():
 
 
 def test_batchnorm_builds_with_the_parameters():
-    g = _graph("batchnorm2d", (("N", 8, 4, 4),), None, {"eps": 1e-3, "momentum": 0.2, "track_running_stats": False})
+    g = one_node_graph(
+        "batchnorm2d", (("N", 8, 4, 4),), None, {"eps": 1e-3, "momentum": 0.2, "track_running_stats": False}
+    )
     bn = hndl.build(g).nodes["n_n"]
     assert isinstance(bn, torch.nn.BatchNorm2d)
     assert (bn.num_features, bn.eps, bn.momentum, bn.running_mean) == (8, 1e-3, 0.2, None)
@@ -117,15 +70,15 @@ def test_trailing_norms_default_to_the_last_dim(op):
 def test_trailing_norms_over_several_dims(op):
     assert infer(op, ("B", 4, 8), normalized_shape=[4, 8]) == ["[B, 4, 8]"]
     runs_as_inferred(op, ("B", 4, 8), env={"B": 2}, normalized_shape=[4, 8])
-    g = _graph(op, (("B", 4, 8),), None, {"normalized_shape": [4, 8]})
+    g = one_node_graph(op, (("B", 4, 8),), None, {"normalized_shape": [4, 8]})
     assert tuple(hndl.build(g).nodes["n_n"].normalized_shape) == (4, 8)
 
 
 def test_layernorm_and_rmsnorm_parameters_reach_torch():
-    ln = hndl.build(_graph("layernorm", (("B", 8),), None, {"eps": 1e-6, "bias": False})).nodes["n_n"]
+    ln = hndl.build(one_node_graph("layernorm", (("B", 8),), None, {"eps": 1e-6, "bias": False})).nodes["n_n"]
     assert isinstance(ln, torch.nn.LayerNorm)
     assert (ln.eps, ln.bias) == (1e-6, None)
-    rms = hndl.build(_graph("rmsnorm", (("B", 8),), None, {})).nodes["n_n"]
+    rms = hndl.build(one_node_graph("rmsnorm", (("B", 8),), None, {})).nodes["n_n"]
     assert isinstance(rms, torch.nn.RMSNorm)
     assert rms.eps is None
 

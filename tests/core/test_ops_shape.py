@@ -4,59 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from op_helpers import infer, one_node_graph, problem, runs_as_inferred
 
 import hndl
-from hndl._contracts import format_shape, is_unknown
-from hndl._dims import evaluate, parse_dim
-
-# --- helpers shared by the op tests (kept per file: tests/ is not a package) -----------------------------
-
-
-def _graph(op: str, shapes: tuple, dtypes: list | None, params: dict) -> hndl.Graph:
-    g = hndl.Graph("t")
-    dtypes = dtypes or [None] * len(shapes)
-    xs = [g.input(f"x{i}", s, dtype=d) for i, (s, d) in enumerate(zip(shapes, dtypes))]
-    h = g.add(op, xs, name="n", **params)
-    count = g.output_count("n") or 1
-    g.output([h[i] for i in range(count)] if count > 1 else h)
-    return g
-
-
-def infer(op: str, *shapes, dtypes: list | None = None, **params) -> list[str]:
-    """The inferred output shapes of one ``op`` node, as text (``[N, 4, (H-3)//2+1]``)."""
-    node = hndl.check(_graph(op, shapes, dtypes, params)).nodes[0]
-    return [format_shape(t.shape) for t in node.out_types]
-
-
-def problem(op: str, *shapes, dtypes: list | None = None, **params) -> hndl.Problem:
-    """The single problem the checker reports for one ``op`` node."""
-    with pytest.raises(hndl.HndlError) as info:
-        hndl.check(_graph(op, shapes, dtypes, params))
-    assert len(info.value.problems) == 1, str(info.value)
-    return info.value.problems[0]
-
-
-def runs_as_inferred(op: str, *shapes, env: dict, dtypes: list | None = None, **params) -> list[torch.Tensor]:
-    """Build the node, run it in eval mode on tensors sized by ``env``: real shapes equal inferred ones."""
-    g = _graph(op, shapes, dtypes, params)
-    checked = hndl.check(g)
-    model = hndl.build(g).eval()
-    tensors = []
-    for shape, dtype in zip(shapes, dtypes or [None] * len(shapes)):
-        real = [evaluate(parse_dim(d), env) for d in shape]
-        tensors.append(torch.randint(0, 4, real) if dtype == "int64" else torch.randn(real))
-    out = model(*tensors)
-    outs = out if isinstance(out, tuple) else (out,)
-    types = checked.nodes[0].out_types
-    assert len(outs) == len(types)
-    for t, y in zip(types, outs):
-        assert t.shape is not None
-        assert len(t.shape) == y.dim()
-        # an unknown dim (``?``) is one inference could not pin; the run-time check leaves it free too
-        expected = tuple(real if is_unknown(d) else evaluate(d, env) for d, real in zip(t.shape, y.shape))
-        assert tuple(y.shape) == expected
-    return list(outs)
-
 
 # --- concat ---------------------------------------------------------------------------------------------
 
@@ -87,7 +37,7 @@ def test_concat_runs_as_inferred(dim):
 
 
 def test_concat_promotes_dtypes():
-    g = _graph("concat", ((2, 3), (2, 3)), ["int64", "float32"], {})
+    g = one_node_graph("concat", ((2, 3), (2, 3)), ["int64", "float32"], {})
     assert hndl.check(g).nodes[0].out_types[0].dtype == "float32"
 
 
@@ -159,7 +109,7 @@ def test_split_sections_must_divide():
 
 
 def test_split_sections_must_divide_at_run_time_too():
-    g = _graph("split", (("B", "D"),), None, {"sections": 2})
+    g = one_node_graph("split", (("B", "D"),), None, {"sections": 2})
     with pytest.raises(ValueError, match="dim -1 has size 5, which 2 sections do not divide"):
         hndl.build(g).nodes["n_n"](torch.randn(2, 5))
 
@@ -361,5 +311,5 @@ def test_mean_errors():
 
 def test_shape_ops_keep_dtype():
     for op, params in [("reshape", {"shape": [-1]}), ("flatten", {}), ("transpose", {"dim0": 0, "dim1": 1})]:
-        g = _graph(op, ((2, 3),), ["int64"], params)
+        g = one_node_graph(op, ((2, 3),), ["int64"], params)
         assert hndl.check(g).nodes[0].out_types[0].dtype == "int64"

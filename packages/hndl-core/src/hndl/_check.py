@@ -47,6 +47,10 @@ class CheckedNode:
     def op(self) -> str:
         return self.opdef.name
 
+    def problem(self, code: str, message: str, **fields: Any) -> Problem:
+        """A problem about this node, named and located the standard way (for build and run-time checks)."""
+        return Problem(code, message, node=self.qualname, op=self.op, location=self.location, **fields)
+
 
 @dataclass
 class CheckedGraph:
@@ -697,8 +701,3 @@ def _dtype_hint(port: Any) -> str | None:
 
 def is_symbolic(d: Any) -> bool:
     return isinstance(d, Poly)
-
-
-def problem_for(node: CheckedNode, code: str, message: str, **fields: Any) -> Problem:
-    """A problem about ``node``, named and located the standard way (used by the runtime checks)."""
-    return Problem(code, message, node=node.qualname, op=node.op, location=node.location, **fields)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from torch import nn
 
 from .._check import CheckedGraph, CheckedNode, check
-from .._errors import Problem, ProblemList
+from .._errors import ProblemList
 from .._graph import Graph
 from .._registry import InferError
 
@@ -59,35 +59,22 @@ def _build_leaf(node: CheckedNode, problems: ProblemList) -> nn.Module | None:
         module = node.opdef.build(node.params, node.in_types)
     except InferError as exc:
         problems.append_problem(
-            Problem(
-                exc.code if exc.code != "E_SHAPE" else "E_PARAM",
-                exc.message,
-                node=node.qualname,
-                op=node.op,
-                location=node.location,
-                hint=exc.hint,
-            )
+            node.problem(exc.code if exc.code != "E_SHAPE" else "E_PARAM", exc.message, hint=exc.hint)
         )
         return None
     except Exception as exc:  # a builder (often torch's own constructor) rejected the parameters
         problems.append_problem(
-            Problem(
+            node.problem(
                 "E_PARAM",
                 f"building the layer failed: {type(exc).__name__}: {exc}",
-                node=node.qualname,
-                op=node.op,
-                location=node.location,
             )
         )
         return None
     if not isinstance(module, nn.Module):
         problems.append_problem(
-            Problem(
+            node.problem(
                 "E_PARAM",
                 f"the op's builder returned {type(module).__name__}, not a torch.nn.Module",
-                node=node.qualname,
-                op=node.op,
-                location=node.location,
             )
         )
         return None

@@ -256,12 +256,9 @@ def layer_failure(node: CheckedNode, ins: Sequence[Any], exc: BaseException) -> 
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     cause = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
     return HndlError(
-        Problem(
+        node.problem(
             "E_RUNTIME",
             f"the layer failed on input {shapes}: {cause}",
-            node=node.qualname,
-            op=node.op,
-            location=node.location,
         )
     )
 
@@ -288,16 +285,13 @@ def run_checked(
             first = next(v.device for v in ins if isinstance(v, torch.Tensor))
             where = next(p for p, v in zip(ports, ins) if isinstance(v, torch.Tensor) and v.device != first)
             raise HndlError(
-                Problem(
+                node.problem(
                     "E_CONTRACT",
                     "the inputs are on different devices: "
                     + ", ".join(f"{p} on {v.device}" for p, v in zip(ports, ins) if isinstance(v, torch.Tensor)),
-                    node=node.qualname,
-                    op=node.op,
                     port=where,
                     expected=str(first),
                     actual=", ".join(sorted(str(d) for d in devices)),
-                    location=node.location,
                 )
             )
         try:
@@ -320,14 +314,11 @@ def _split(node: CheckedNode, result: Any, count: int, env: dict[str, Any]) -> S
     if not isinstance(result, (tuple, list)) or len(result) != count:
         got = f"{len(result)} values" if isinstance(result, (tuple, list)) else f"one {type(result).__name__}"
         raise HndlError(
-            Problem(
+            node.problem(
                 "E_CONTRACT",
                 f"the layer returned {got}, the op declares {count} outputs",
-                node=node.qualname,
-                op=node.op,
                 expected=f"{count} tensors",
                 actual=got,
-                location=node.location,
             )
         )
     return result
@@ -344,15 +335,12 @@ def _check_output(
     autocast: bool,
 ) -> Problem | None:
     def problem(message: str, expected: Any, actual: Any) -> Problem:
-        return Problem(
+        return node.problem(
             "E_CONTRACT",
             message,
-            node=node.qualname,
-            op=node.op,
             port=port,
             expected=expected,
             actual=actual,
-            location=node.location,
             bindings=dict(env) or None,
         )
 
