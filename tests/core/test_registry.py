@@ -72,6 +72,8 @@ def test_bad_schemas_are_refused_at_registration():
     with pytest.raises(ValueError, match="unknown dtype"):
         hndl.op("test_bad_dtype", inputs=[hndl.Port("a", dtype="float33")])(lambda p, i: None)
     assert hndl.registry.find("test_bad_ports") is None
+    with pytest.raises(ValueError, match="cannot be named 'name'"):
+        hndl.op("test_reserved", params=[hndl.Param("name", "str")])(lambda p, i: None)
 
 
 def test_a_builder_that_raises_becomes_e_param():

@@ -271,8 +271,9 @@ def test_random_bytes_raise_hndl_error(data: bytes) -> None:
     load_and_build(data)
 
 
+# "op" and "in" are node keys, "name" is Graph.add's own keyword: none of them can be a parameter.
 param_keys = st.text(alphabet=string.ascii_lowercase + "_", min_size=1, max_size=6).filter(
-    lambda k: k not in ("op", "in")
+    lambda k: k not in ("op", "in", "name")
 )
 param_values = st.recursive(
     st.one_of(

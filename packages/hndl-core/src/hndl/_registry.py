@@ -395,7 +395,14 @@ def _opdefs(loaded: Any) -> Iterable[OpDef]:
     return []
 
 
+#: Keys a node already uses in a spec file or in ``Graph.add``; a parameter cannot be named so.
+RESERVED_PARAM_NAMES = ("op", "in", "name")
+
+
 def _validate_opdef(opdef: OpDef) -> None:
+    for param in opdef.params:
+        if param.name in RESERVED_PARAM_NAMES:
+            raise ValueError(f"op {opdef.name!r}: a parameter cannot be named {param.name!r} (a node key)")
     names = [p.name for p in opdef.inputs]
     for port in opdef.inputs[:-1]:
         if port.variadic:
