@@ -219,15 +219,18 @@ def _build_seconds(graph: hndl.Graph, collect: bool = True) -> float:
 
 
 def test_build_time():
-    """Build time per node. With Python's cyclic GC on, per-node time grows with graph size: full collections
-    rescan every module built so far. With it off (hndl's own work), per-node time is flat; that is what the
-    linearity check asserts."""
+    """Build time per node, for a 1,000-node and a 10,000-node chain and a 200-node branching graph.
+
+    ``hndl.build`` pauses Python's cyclic GC while it builds (otherwise full collections rescan every module
+    built so far and the time per node grows with the graph), so per-node time should be flat from 1,000 to
+    10,000 nodes; the "gc off" figures, with the collector off around the whole call, show hndl's own work.
+    """
     hndl.build(chain_graph(10))  # imports and first-use costs out of the way
     chain_1k = min(_build_seconds(chain_graph(1000)) for _ in range(3))
     branching = min(_build_seconds(branching_graph(200)) for _ in range(3))
-    chain_10k = _build_seconds(chain_graph(10000))
+    chain_10k = min(_build_seconds(chain_graph(10000)) for _ in range(2))
     quiet_1k = min(_build_seconds(chain_graph(1000), collect=False) for _ in range(3))
-    quiet_10k = _build_seconds(chain_graph(10000), collect=False)
+    quiet_10k = min(_build_seconds(chain_graph(10000), collect=False) for _ in range(2))
     print(
         f"\nbuild: 1,000-node chain {chain_1k * 1e3:.0f} ms ({chain_1k / 1000 * 1e6:.0f} us/node), "
         f"10,000-node chain {chain_10k * 1e3:.0f} ms ({chain_10k / 10000 * 1e6:.0f} us/node), "
@@ -236,4 +239,5 @@ def test_build_time():
     )
     assert chain_1k < 1.0
     assert branching < 1.0
+    assert chain_10k / 10000 < 2 * chain_1k / 1000
     assert quiet_10k / 10000 < 2 * quiet_1k / 1000
