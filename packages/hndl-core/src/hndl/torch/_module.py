@@ -192,7 +192,7 @@ class GraphModule(nn.Module):
             raise HndlError(
                 Problem(
                     "E_INPUT",
-                    f"graph '{self.graph.name}' takes {len(names)} inputs, got {len(args)}",
+                    f"graph '{self.graph.name}' takes {len(names)} input{'' if len(names) == 1 else 's'}, got {len(args)}",
                     expected=", ".join(names),
                     actual=f"{len(args)} positional",
                 )
