@@ -6,7 +6,8 @@
   ``hndl`` namespace (see IMPLEMENTATION.md, "Packaging") are exercised on every run.
 - lint: ruff check and ruff format --check.
 - docs: the reference docs are current (``python -m hndl.docs --check``) and the Sphinx site builds.
-- bench: the benchmarks (marked ``benchmark``), which compare against hand-written PyTorch in one process.
+- bench: the benchmarks (marked ``benchmark``, in benchmarks/ and tests/func/), which compare against
+  hand-written PyTorch (and torch.func) in one process.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def docs(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks against hand-written PyTorch twins; prints the comparison table."""
+    """Benchmarks against hand-written PyTorch twins (and hndl.func against torch.func); prints the tables."""
     _install(session, [CORE, FUNC], False)
-    session.run("pytest", "-q", "-s", "-p", "no:cacheprovider", "-m", "benchmark", "benchmarks", *session.posargs)
+    paths = session.posargs or ["benchmarks", "tests/func"]
+    session.run("pytest", "-q", "-s", "-p", "no:cacheprovider", "-m", "benchmark", *paths)
