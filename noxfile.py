@@ -4,7 +4,7 @@
   package that is not installed skip themselves (``pytest.importorskip``), so the report shows what applies.
   "core" and "core+func" are regular installs; "all" is an editable install, so both install modes of the
   ``hndl`` namespace (see IMPLEMENTATION.md, "Packaging") are exercised on every run.
-- lint: ruff check and ruff format --check.
+- lint: ruff check, ruff format --check, and mypy over the three packages' sources (``[tool.mypy]``).
 - docs: the reference docs are current (``python -m hndl.docs --check``) and the Sphinx site builds.
 - bench: the benchmarks (marked ``benchmark``, in benchmarks/ and tests/func/), which compare against
   hand-written PyTorch (and torch.func) in one process.
@@ -23,6 +23,7 @@ CORE = "packages/hndl-core"
 FUNC = "packages/hndl-func"
 DOCS = "packages/hndl-docs"
 TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
+TYPED_SOURCES = ["packages/hndl-core/src/hndl", "packages/hndl-func/src/hndl/func", "packages/hndl-docs/src/hndl/docs"]
 
 INSTALL_SETS = {
     "core": ([CORE], False),
@@ -50,10 +51,14 @@ def tests(session: nox.Session, install_set: str) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check over the whole repo."""
+    """ruff check and ruff format --check over the whole repo, then mypy over the packages' sources."""
     session.install("ruff>=0.5")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    # The packages are installed so mypy sees torch's (and the other dependencies') types; the hndl sources
+    # come from mypy_path. Run from the repo root so pyproject.toml's [tool.mypy] applies.
+    session.install("-e", CORE, "-e", FUNC, "-e", DOCS, "mypy>=1.10")
+    session.run("mypy", *TYPED_SOURCES)
 
 
 @nox.session

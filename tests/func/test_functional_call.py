@@ -182,6 +182,18 @@ def test_a_key_in_two_dicts_and_a_non_dict_are_e_params(mlp, x):
         hf.functional_call(mlp, [weight], (x,))
 
 
+def test_regression_a_mapping_that_is_not_a_dict_reached_torch_as_a_raw_value_error(mlp, x):
+    """torch.func.functional_call raises ValueError for a Mapping that is not a dict; hndl passed it through."""
+    from types import MappingProxyType
+
+    params = MappingProxyType(dict(mlp.named_parameters()))
+    with pytest.raises(hndl.HndlError) as info:
+        hf.functional_call(mlp, params, (x,))
+    assert info.value.code == "E_PARAMS"
+    assert info.value.problems[0].hint == "wrap other mappings in dict(...)"
+    assert torch.equal(hf.functional_call(mlp, dict(params), (x,)), mlp(x))
+
+
 def test_a_tensor_for_a_parameter_built_as_none_is_e_params(x):
     g = hndl.Graph("nobias")
     g.output(g.add("linear", g.input("x", ("B", 8)), name="out", out_features=2, bias=False))

@@ -179,11 +179,11 @@ class _Checker:
         output_ids: list[str] = []
         for i, ref in enumerate(g.outputs):
             loc = g.output_locations[i] if i < len(g.output_locations) else None
-            v = self._resolve_ref(g, None, ref, ids, ports, prefix, location=loc or g.location)
-            if v is None:
+            out_id = self._resolve_ref(g, None, ref, ids, ports, prefix, location=loc or g.location)
+            if out_id is None:
                 failed = True
             else:
-                output_ids.append(v)
+                output_ids.append(out_id)
         if failed or any(types.get(v) is None for v in output_ids):
             return None
         return CheckedGraph(

@@ -138,8 +138,9 @@ class HndlError(Exception):
         # Exceptions pickle by their args; ours are problems, so multiprocessing and pytest-xdist keep them.
         return (HndlError, (self.problems,), {"title": self.title})
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.title = state.get("title")
+    def __setstate__(self, state: dict[str, Any] | None) -> None:
+        # BaseException's signature allows None; pickle never passes it (our __reduce__ always gives a dict).
+        self.title = state.get("title") if state is not None else None
 
 
 def error(code: str, message: str, **fields: Any) -> HndlError:

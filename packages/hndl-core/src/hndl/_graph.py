@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ._contracts import Contract
 from ._errors import HndlError, Problem
@@ -169,7 +169,8 @@ class Graph:
         self._claim(name, "node")
         refs: list[str] = []
         for item in inputs:
-            items = item if isinstance(item, (list, tuple)) else [item]
+            # A str is a Sequence too, so mypy cannot narrow the else branch to Ref; _ref checks it at runtime.
+            items = item if isinstance(item, (list, tuple)) else [cast(Ref, item)]
             refs.extend(self._ref(r, name) for r in items)
         if "graph" in params and isinstance(params["graph"], Graph):
             params["graph"] = self.add_subgraph(params["graph"])
@@ -179,7 +180,7 @@ class Graph:
     def output(self, *values: Ref | Sequence[Ref]) -> None:
         """Declare the graph's outputs, in order. May be called several times; outputs accumulate."""
         for item in values:
-            items = item if isinstance(item, (list, tuple)) else [item]
+            items = item if isinstance(item, (list, tuple)) else [cast(Ref, item)]
             for r in items:
                 self.outputs.append(self._ref(r, None))
                 self.output_locations.append(None)

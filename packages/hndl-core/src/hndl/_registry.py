@@ -219,7 +219,8 @@ class Port:
 
     @property
     def pattern(self) -> ShapePattern | None:
-        return self._pattern  # type: ignore[attr-defined, no-any-return]
+        # Set in __post_init__ past the frozen dataclass, deliberately not a field (kept out of eq, repr, fields()).
+        return self._pattern  # type: ignore[attr-defined]
 
 
 class Params(Mapping[str, Any]):

@@ -219,7 +219,7 @@ class _Reader:
 
     def _duplicate(self, key: Any, loc: str, first: str, path: tuple[Any, ...]) -> None:
         line = first.rsplit(":", 2)[-2]
-        kind = _NAMED_SECTIONS.get(path[-1] if len(path) in (1, 3) else None)
+        kind = _NAMED_SECTIONS.get(path[-1]) if len(path) in (1, 3) else None
         if kind is not None and (len(path) == 1 or path[0] == "graphs"):
             # Two inputs, nodes or graphs under one name: a duplicate name, as Graph.add would report it.
             self.problems.add(
@@ -474,6 +474,7 @@ class _SpecBuilder:
         self._keys(doc, _ROOT_KEYS, ("hndl", *_REQUIRED_KEYS), "the spec", doc.loc)
         self._version(doc)
         graph = self._graph(doc, self._graph_name(doc), top=True)
+        assert graph is not None  # only a subgraph (top=False) can fail to build
         graphs = doc.value.get("graphs")
         if graphs is None or _failed(graphs):
             return graph

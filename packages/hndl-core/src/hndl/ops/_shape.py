@@ -119,13 +119,16 @@ def _split_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     if t.shape is None or index is None:
         return [TensorType(None, t.dtype)] * count
     length = t.shape[index]
+    parts: list[Dim]
     if p.sizes is not None:
-        parts: list[Dim] = list(p.sizes)
-        if isinstance(length, int) and sum(parts) != length:
+        sizes: tuple[int, ...] = p.sizes  # an "ints" param: validated to a tuple of ints
+        total = sum(sizes)
+        parts = list(sizes)
+        if isinstance(length, int) and total != length:
             raise InferError(
-                f"sizes {list(p.sizes)} add up to {sum(parts)}, but dim {index} of the input is {length}",
+                f"sizes {list(sizes)} add up to {total}, but dim {index} of the input is {length}",
                 port="x",
-                expected=f"dim {index} = {sum(parts)}",
+                expected=f"dim {index} = {total}",
                 actual=show(t.shape),
                 hint="the sizes must add up to the length of the split dim",
             )

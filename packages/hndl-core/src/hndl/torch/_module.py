@@ -91,6 +91,15 @@ class GraphModule(nn.Module):
         validations: how many full validations this model has run (each attempt counts, failed ones too).
     """
 
+    # Runtime state (_RUNTIME_KEYS) is written straight into __dict__, past nn.Module.__setattr__, so mypy would
+    # otherwise type these through nn.Module.__getattr__ (Tensor | Module). Annotations only: no class attribute.
+    _signatures: dict[tuple[Any, ...], None]
+    _signatures_version: int | None
+    _lock: threading.RLock
+    _owned: frozenset[int]
+    _runtime: _Runtime
+    _state_version: int
+
     def __init__(self, graph: Graph, checked: CheckedGraph, nodes: nn.ModuleDict) -> None:
         super().__init__()
         self.nodes = nodes

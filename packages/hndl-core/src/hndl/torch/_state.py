@@ -36,7 +36,7 @@ class ModuleSlot:
     """A module as built: its class and the names it registered."""
 
     path: str  # dotted; "" for the GraphModule itself
-    type: type
+    type: type[nn.Module]
     parameters: tuple[str, ...]
     buffers: tuple[str, ...]
     children: tuple[str, ...]

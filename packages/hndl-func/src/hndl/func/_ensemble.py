@@ -56,7 +56,7 @@ def stack(models: Sequence[GraphModule]) -> tuple[dict[str, torch.Tensor], dict[
         problem = _difference(models[0], reference, model, _structure(model), index)
         if problem is not None:
             raise HndlError(problem)
-    params, buffers = stack_module_state(models)  # type: ignore[arg-type]
+    params, buffers = stack_module_state(models)
     return params, buffers, _meta_copy(models[0])
 
 

@@ -42,7 +42,8 @@ _SEEN: weakref.WeakKeyDictionary[nn.Module, tuple[Any, dict[Any, None]]] = weakr
 # would only make the signature dearer to build, hash and compare.
 _META = operator.attrgetter("shape", "dtype")
 
-ParamDict = Mapping[str, Any]
+# dict, as torch.func.functional_call types it and checks at runtime (a Mapping that is not a dict fails there).
+ParamDict = dict[str, Any]
 
 
 def functional_call(
@@ -183,7 +184,7 @@ def _problems(module: GraphModule, params_and_buffers: Any, strict: bool, tie_we
                         f"{slot.kind} '{name}' is missing (strict=True needs every parameter and buffer)",
                         node=slot.node,
                         op=slot.op,
-                        location=locations.get(slot.node),
+                        location=locations.get(slot.node) if slot.node is not None else None,
                         expected=_describe(slot.shape, _dtype_of(live, name, slot.dtype)),
                         actual="no value",
                         hint="pass it, or call with strict=False to keep the module's own tensor",
@@ -193,15 +194,21 @@ def _problems(module: GraphModule, params_and_buffers: Any, strict: bool, tie_we
 
 
 def _as_dicts(params_and_buffers: Any) -> list[Mapping[Any, Any]] | Problem:
-    if isinstance(params_and_buffers, Mapping):
+    # torch.func.functional_call takes real dicts only (a MappingProxyType or other Mapping is a ValueError
+    # inside torch), so anything else is refused here, as E_PARAMS, before torch sees it.
+    if isinstance(params_and_buffers, dict):
         return [params_and_buffers]
-    if isinstance(params_and_buffers, (tuple, list)) and all(isinstance(d, Mapping) for d in params_and_buffers):
+    if isinstance(params_and_buffers, (tuple, list)) and all(isinstance(d, dict) for d in params_and_buffers):
         return list(params_and_buffers)
+    kind = type(params_and_buffers).__name__
+    if isinstance(params_and_buffers, (tuple, list)):
+        kind = f"{kind} of " + ", ".join(type(d).__name__ for d in params_and_buffers)
     return Problem(
         "E_PARAMS",
         "params_and_buffers must be a dict of tensors or a tuple of dicts",
         expected="{name: tensor} or ({name: tensor}, ...)",
-        actual=type(params_and_buffers).__name__,
+        actual=kind,
+        hint="wrap other mappings in dict(...)" if isinstance(params_and_buffers, Mapping) else None,
     )
 
 
@@ -232,9 +239,9 @@ def _check_value(
         )
     shape = tuple(value.shape)
     if shape != slot.shape:
-        hint = None
+        shape_hint = None
         if shape[1:] == slot.shape:
-            hint = (
+            shape_hint = (
                 f"a leading dim of {shape[0]} looks like stacked ensemble weights: call under torch.func.vmap "
                 "(in_dims=0 for the parameters) or use hndl.func.ensemble_call"
             )
@@ -243,7 +250,7 @@ def _check_value(
             f"{slot.kind} '{key}' has the wrong shape",
             expected=list(slot.shape),
             actual=list(shape),
-            hint=hint,
+            hint=shape_hint,
             **where,
         )
     dtype = _dtype_of(live, key, slot.dtype)

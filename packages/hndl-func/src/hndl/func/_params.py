@@ -31,7 +31,7 @@ def param_shapes(model: nn.Module, *, buffers: bool = False) -> dict[str, torch.
         >>> params = dict(zip(shapes, (c.view(s) for c, s in zip(flat.split(sizes), shapes.values()))))  # doctest: +SKIP
     """
     state = model._build_state if isinstance(model, GraphModule) else None
-    items = list(model.named_parameters())
+    items: list[tuple[str, torch.Tensor]] = list(model.named_parameters())
     if buffers:
         items += list(model.named_buffers())
     shapes: dict[str, torch.Size] = {}
