@@ -25,6 +25,13 @@ def test_subpackages_match_the_install_set(module):
     assert (importlib.util.find_spec(module) is not None) is expected
 
 
+@pytest.mark.skipif(os.environ.get("HNDL_INSTALL_SET") != "core", reason="needs hndl-func and hndl-docs absent")
+def test_an_absent_subpackage_is_an_attribute_error_naming_its_distribution():
+    assert not hasattr(hndl, "func")
+    with pytest.raises(AttributeError, match="install the hndl-docs distribution"):
+        hndl.docs  # noqa: B018
+
+
 def test_the_public_api_is_what_design_fixes():
     for name in ("Graph", "build", "load", "dumps", "HndlError", "op", "Param", "Port", "registry", "check"):
         assert hasattr(hndl, name), name

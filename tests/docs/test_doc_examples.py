@@ -80,7 +80,7 @@ def available(dotted: str) -> bool:
         try:
             for attr in parts[cut:]:
                 obj = getattr(obj, attr)
-        except (AttributeError, ImportError):  # hndl.func resolves lazily: absent means ImportError
+        except AttributeError:
             return False
         return True
     return False

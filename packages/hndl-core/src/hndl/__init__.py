@@ -81,7 +81,15 @@ def __getattr__(name: str) -> Any:
     if name in ("torch", "func", "docs"):
         import importlib
 
-        return importlib.import_module(f"{__name__}.{name}")
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise  # the subpackage exists but one of its own imports is missing
+            # An absent optional distribution is an absent attribute: hasattr() and getattr(..., default) work.
+            raise AttributeError(
+                f"module 'hndl' has no attribute {name!r}: install the hndl-{name} distribution for it"
+            ) from exc
     if name == "GraphModule":
         from .torch import GraphModule
 
