@@ -22,10 +22,10 @@ print(model(torch.randn(32, 784)).shape)  # torch.Size([32, 10])
 # 3. The same model as a spec file, and back again.
 text = hndl.dumps(g)
 print(text)
-assert hndl.build(hndl.load(text)).state_dict().keys() == model.state_dict().keys()
+assert hndl.build(hndl.loads(text)).state_dict().keys() == model.state_dict().keys()
 
 # 4. A mistake is caught before any tensor exists, and the message names the node and the shapes.
-bad = hndl.load(
+bad = hndl.loads(
     """
 hndl: 1
 name: wide

@@ -103,7 +103,7 @@ def test_check_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     code, out, _ = run(capsys, "check", missing)
     assert code == 1
     assert out.splitlines() == [
-        f"{missing}: E_SPEC: spec file '{missing}' does not exist",
+        f"{missing}: E_SPEC: no such file: '{missing}'",
         "Found 1 problem in 1 file.",
     ]
 
@@ -115,7 +115,7 @@ def test_check_reads_any_file_name_as_a_path(tmp_path: Path, capsys: pytest.Capt
     assert (code, out) == (0, f"{spec}: OK (4 nodes)\n")
     code, out, _ = run(capsys, "check", tmp_path / "not_there")
     assert code == 1
-    assert "does not exist" in out
+    assert "E_SPEC: no such file" in out
 
 
 def test_check_and_allow_imports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,13 +29,13 @@ outputs: [out]
 def spec_error(text: str, **kwargs: object) -> hndl.HndlError:
     """The HndlError that loading ``text`` raises."""
     with pytest.raises(hndl.HndlError) as info:
-        hndl.load(text, **kwargs)  # type: ignore[arg-type]
+        hndl.loads(text, **kwargs)  # type: ignore[arg-type]
     return info.value
 
 
 def build_error(text: str) -> hndl.HndlError:
     """The HndlError that building the (structurally valid) spec ``text`` raises."""
-    graph = hndl.load(text)
+    graph = hndl.loads(text)
     with pytest.raises(hndl.HndlError) as info:
         hndl.build(graph)
     return info.value
@@ -55,7 +55,7 @@ def summary(error: hndl.HndlError) -> list[tuple[str, str | None, str]]:
 
 
 def test_load_builds_the_graph_as_written() -> None:
-    g = hndl.load(MLP)
+    g = hndl.loads(MLP)
     assert g.name == "mlp"
     assert list(g.inputs) == ["x"]
     assert g.inputs["x"].contract.shape.to_spec() == ["B", 784]
@@ -71,7 +71,7 @@ def test_load_builds_the_graph_as_written() -> None:
 
 
 def test_every_entry_carries_its_location() -> None:
-    g = hndl.load(MLP)
+    g = hndl.loads(MLP)
     assert g.location == "<string>:1:1"
     assert g.inputs["x"].location == "<string>:4:3"
     hidden = g.nodes["hidden"]
@@ -87,7 +87,7 @@ def test_every_entry_carries_its_location() -> None:
 def test_loaded_spec_builds_and_runs() -> None:
     import torch
 
-    model = hndl.build(hndl.load(MLP))
+    model = hndl.build(hndl.loads(MLP))
     assert model(torch.randn(3, 784)).shape == (3, 10)
     assert model.nodes["n_hidden"].in_features == 784
 
@@ -107,37 +107,75 @@ def test_a_str_is_a_path_when_it_names_a_file_without_a_spec_suffix(tmp_path: Pa
     assert hndl.load(str(path)).source == str(path)
 
 
+def path_error(path: object) -> hndl.HndlError:
+    """The HndlError that ``hndl.load(path)`` raises."""
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.load(path)  # type: ignore[arg-type]
+    return info.value
+
+
 def test_a_missing_yaml_path_is_a_clear_error(tmp_path: Path) -> None:
     missing = str(tmp_path / "nope.yaml")
-    error = spec_error(missing)
+    error = path_error(missing)
     assert error.code == "E_SPEC"
-    assert str(error) == f"E_SPEC: spec file {missing!r} does not exist"
+    assert str(error) == f"E_SPEC: no such file: {missing!r}"
+
+
+def test_load_of_a_path_without_suffix_says_no_such_file_not_mapping() -> None:
+    # Regression: load("models/mlp") used to read the path as YAML text and say "a spec must be a mapping".
+    error = path_error("models/mlp")
+    assert str(error) == "E_SPEC: no such file: 'models/mlp'"
+
+
+def test_a_missing_path_suggests_the_file_with_a_spec_suffix(tmp_path: Path) -> None:
+    (tmp_path / "mlp.yaml").write_text(MLP)
+    error = path_error(str(tmp_path / "mlp"))
+    assert error.problems[0].hint == f"did you mean {str(tmp_path / 'mlp.yaml')!r}?"
 
 
 def test_an_unreadable_path_is_a_clear_error() -> None:
-    error = spec_error("bad\x00name.yaml")
+    error = path_error("bad\x00name.yaml")
     assert str(error) == "E_SPEC: cannot read spec file 'bad\\x00name.yaml': embedded null byte"
-    error = spec_error("x" * 5000 + ".yaml")
+    error = path_error("x" * 5000 + ".yaml")
     assert error.code == "E_SPEC"
+    # The message echoes a short excerpt of the path, not all 5000 characters.
     assert error.problems[0].message.startswith("cannot read spec file 'xxx")
+    assert len(error.problems[0].message) < 300
 
 
 def test_a_directory_is_not_a_spec(tmp_path: Path) -> None:
-    error = spec_error(tmp_path)  # type: ignore[arg-type]
-    assert "is a directory" in str(error)
+    assert "is a directory" in str(path_error(tmp_path))
 
 
-def test_load_rejects_a_source_that_is_neither_path_nor_text() -> None:
-    error = spec_error(42)  # type: ignore[arg-type]
+@pytest.mark.parametrize("text", [MLP, "hndl: 1", "{hndl: 1}", '  {"hndl": 1}', "a\rb", MLP.encode()])
+def test_load_refuses_spec_text_and_points_to_loads(text: object) -> None:
+    error = path_error(text)
     assert error.code == "E_SPEC"
-    assert "needs a path or the spec text, got int" in str(error)
+    assert error.problems[0].hint == "hndl.load takes a path; pass spec text to hndl.loads"
+
+
+def test_load_never_reads_a_file_named_by_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Text that happens to name a file is still text: a service passing untrusted text reads no local file.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hndl: 1").write_text(MLP)
+    error = path_error("hndl: 1")
+    assert error.problems[0].hint == "hndl.load takes a path; pass spec text to hndl.loads"
+    assert spec_error("hndl: 1").problems[0].message.startswith("missing key")
+
+
+def test_load_and_loads_reject_other_types() -> None:
+    error = path_error(42)
+    assert str(error) == "E_SPEC: hndl.load takes a path (str or os.PathLike), got int"
+    with pytest.raises(hndl.HndlError, match="takes the spec text") as info:
+        hndl.loads(Path("model.yaml"))  # type: ignore[arg-type]
+    assert info.value.problems[0].hint == "pass a path to hndl.load"
 
 
 def test_unnamed_spec_takes_the_file_stem(tmp_path: Path) -> None:
     path = tmp_path / "tiny_net.yaml"
     path.write_text(MLP.replace("name: mlp\n", ""))
     assert hndl.load(path).name == "tiny_net"
-    assert hndl.load(MLP.replace("name: mlp\n", "")).name == "graph"
+    assert hndl.loads(MLP.replace("name: mlp\n", "")).name == "graph"
 
 
 def test_json_is_the_same_structure(tmp_path: Path) -> None:
@@ -157,12 +195,12 @@ def test_json_is_the_same_structure(tmp_path: Path) -> None:
     assert g.nodes["h"].location == f"{path}:13:3"
     flat = json.dumps(spec)
     column = flat.index('"h"') + 1
-    assert hndl.load(flat).nodes["h"].location == f"<string>:1:{column}"
+    assert hndl.loads(flat).nodes["h"].location == f"<string>:1:{column}"
     hndl.build(g)
 
 
 def test_plain_scalars_follow_yaml_1_2() -> None:
-    g = hndl.load(
+    g = hndl.loads(
         MLP.replace(
             "act:    {op: relu, in: hidden}",
             "act:    {op: relu, in: hidden, a: yes, b: 1e-5, c: 0x10, d: '12', e: ~, f: .inf, g: 1:30, h: 010}",
@@ -173,7 +211,7 @@ def test_plain_scalars_follow_yaml_1_2() -> None:
 
 
 def test_subgraphs_load_with_their_own_locations() -> None:
-    g = hndl.load((EXAMPLES / "transformer_block.yaml").read_text())
+    g = hndl.loads((EXAMPLES / "transformer_block.yaml").read_text())
     block = g.graphs["block"]
     assert block.name == "block"
     assert block.source == "<string>"
@@ -185,7 +223,7 @@ def test_subgraphs_load_with_their_own_locations() -> None:
 
 
 def test_input_dtype_and_device() -> None:
-    g = hndl.load(
+    g = hndl.loads(
         "hndl: 1\ninputs:\n  ids: {shape: [B, T], dtype: int64, device: cpu}\n"
         "nodes:\n  emb: {op: embedding, in: ids, num_embeddings: 100, embedding_dim: 8}\noutputs: [emb]\n"
     )
@@ -195,12 +233,12 @@ def test_input_dtype_and_device() -> None:
 
 
 def test_a_param_may_be_called_name() -> None:
-    g = hndl.load("hndl: 1\ninputs: {x: {shape: [B]}}\nnodes: {a: {op: relu, in: x, name: foo}}\noutputs: [a]\n")
+    g = hndl.loads("hndl: 1\ninputs: {x: {shape: [B]}}\nnodes: {a: {op: relu, in: x, name: foo}}\noutputs: [a]\n")
     assert g.nodes["a"].params == {"name": "foo"}
 
 
 def test_in_and_outputs_accept_a_single_reference_or_a_list() -> None:
-    g = hndl.load("hndl: 1\ninputs: {x: {shape: [B, 4]}}\nnodes: {s: {op: add, in: [x, x]}}\noutputs: s\n")
+    g = hndl.loads("hndl: 1\ninputs: {x: {shape: [B, 4]}}\nnodes: {s: {op: add, in: [x, x]}}\noutputs: s\n")
     assert g.nodes["s"].inputs == ["x", "x"]
     assert g.outputs == ["s"]
 
@@ -487,12 +525,12 @@ def test_other_tags_are_refused(value: str) -> None:
 
 def test_merge_keys_are_not_special() -> None:
     # `<<` is an ordinary (unknown) key: no YAML 1.1 merge magic happens behind the user's back.
-    g = hndl.load(MLP.replace("  act:    {op: relu, in: hidden}", "  act:    {op: relu, in: hidden, <<: {p: 1}}"))
+    g = hndl.loads(MLP.replace("  act:    {op: relu, in: hidden}", "  act:    {op: relu, in: hidden, <<: {p: 1}}"))
     assert g.nodes["act"].params == {"<<": {"p": 1}}
 
 
 def test_aliases_work_and_recursive_ones_are_refused() -> None:
-    g = hndl.load(MLP.replace("  x: {shape: [B, 784]}", "  x: {shape: &s [B, 784]}\n  y: {shape: *s}"))
+    g = hndl.loads(MLP.replace("  x: {shape: [B, 784]}", "  x: {shape: &s [B, 784]}\n  y: {shape: *s}"))
     assert g.inputs["y"].contract.shape.to_spec() == ["B", 784]
     error = spec_error(MLP.replace("out_features: 10}", "out_features: 10, loop: &a [*a]}"))
     assert error.problems[0].message == "an alias refers to a value that contains it"
@@ -513,7 +551,7 @@ def test_deep_nesting_is_an_error_not_a_crash() -> None:
 
 
 def test_bytes_must_be_utf8() -> None:
-    assert hndl.load(MLP.encode()).name == "mlp"
+    assert hndl.loads(MLP.encode()).name == "mlp"
     error = spec_error(b"hndl: 1\nname: \xff\n")  # type: ignore[arg-type]
     assert str(error) == "1 problem in spec '<string>':\nE_SPEC: the spec is not UTF-8 text: byte 0xff at offset 14"
 
@@ -529,7 +567,7 @@ def test_control_characters_are_located() -> None:
 
 def test_loading_never_imports(tmp_path: Path) -> None:
     text = "hndl: 1\ninputs: {x: {shape: [B, 4]}}\nnodes: {m: {op: module, in: x, target: 'hndl_no_such_mod:Cls'}}\noutputs: [m]\n"
-    g = hndl.load(text, allow_imports=True)
+    g = hndl.loads(text, allow_imports=True)
     assert "hndl_no_such_mod" not in sys.modules
     assert g.nodes["m"].params == {"target": "hndl_no_such_mod:Cls"}
 
@@ -543,7 +581,7 @@ def test_module_op_is_refused_without_allow_imports() -> None:
     assert (problem.code, problem.node, problem.op, where(problem)) == ("E_PARAM", "act", "module", "7:36")
     assert problem.message == "importing 'torch.nn:Tanh' is refused: this spec was loaded without allow_imports"
     assert problem.hint == "pass allow_imports=True to hndl.load if you trust this file"
-    model = hndl.build(hndl.load(text, allow_imports=True))
+    model = hndl.build(hndl.loads(text, allow_imports=True))
     assert type(model.nodes["n_act"]).__name__ == "Tanh"
 
 
@@ -618,7 +656,7 @@ def test_many_checker_problems_come_together() -> None:
 
 
 def test_dumps_writes_the_documented_format() -> None:
-    assert hndl.dumps(hndl.load(MLP)) == textwrap.dedent(
+    assert hndl.dumps(hndl.loads(MLP)) == textwrap.dedent(
         """\
         hndl: 1
         name: mlp
@@ -681,7 +719,7 @@ def test_dumps_quotes_strings_that_would_read_back_as_something_else() -> None:
         )
     )
     text = hndl.dumps(g)
-    params = hndl.load(text).nodes["r"].params
+    params = hndl.loads(text).nodes["r"].params
     assert params == g.nodes["r"].params
     assert 'd: "line\\nbreak"' in text
     import yaml
@@ -692,7 +730,7 @@ def test_dumps_quotes_strings_that_would_read_back_as_something_else() -> None:
 
 def test_dumps_is_deterministic() -> None:
     g = hndl.load(EXAMPLES / "transformer_block.yaml")
-    assert hndl.dumps(g) == hndl.dumps(hndl.load(hndl.dumps(g)))
+    assert hndl.dumps(g) == hndl.dumps(hndl.loads(hndl.dumps(g)))
 
 
 def test_dumps_refuses_values_that_are_not_plain_data() -> None:
@@ -735,7 +773,7 @@ def _python_graphs() -> list[hndl.Graph]:
 @pytest.mark.parametrize("index", [0, 1])
 def test_load_dumps_builds_the_same_model_for_python_graphs(index: int) -> None:
     g = _python_graphs()[index]
-    again = hndl.load(hndl.dumps(g))
+    again = hndl.loads(hndl.dumps(g))
     assert _model_signature(hndl.build(again)) == _model_signature(hndl.build(g))
 
 
@@ -743,7 +781,7 @@ def test_load_dumps_builds_the_same_model_for_python_graphs(index: int) -> None:
 def test_load_dumps_builds_the_same_model_for_the_examples(name: str) -> None:
     g = hndl.load(EXAMPLES / name)
     text = hndl.dumps(g)
-    again = hndl.load(text)
+    again = hndl.loads(text)
     assert hndl.dumps(again) == text
     assert _model_signature(hndl.build(again)) == _model_signature(hndl.build(g))
 
@@ -752,7 +790,7 @@ def test_round_trip_keeps_the_outputs_of_a_multi_output_graph() -> None:
     import torch
 
     g = _python_graphs()[1]
-    model = hndl.build(hndl.load(hndl.dumps(g)))
+    model = hndl.build(hndl.loads(hndl.dumps(g)))
     head, right = model(torch.randn(2, 12), torch.randn(2, 12))
     assert (head.shape, right.shape) == ((2, 3), (2, 12))
 

@@ -17,6 +17,7 @@ import json
 import string
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -173,7 +174,7 @@ def to_text(tree: Any, style: str) -> str:
 def load_and_build(source: Any) -> hndl.Graph | None:
     """Load and build; returns the graph if both worked. Anything but HndlError fails the test."""
     try:
-        graph = hndl.load(source)
+        graph = hndl.loads(source)
         hndl.build(graph)
     except hndl.HndlError as exc:
         error = exc
@@ -187,7 +188,7 @@ def load_and_build(source: Any) -> hndl.Graph | None:
 
 def load_only(source: Any) -> hndl.Graph | None:
     try:
-        return hndl.load(source)
+        return hndl.loads(source)
     except hndl.HndlError:
         return None
 
@@ -206,7 +207,7 @@ def structure(graph: hndl.Graph) -> Any:
 
 def assert_round_trip(graph: hndl.Graph) -> None:
     text = hndl.dumps(graph)
-    again = hndl.load(text)
+    again = hndl.loads(text)
     assert repr(structure(again)) == repr(structure(graph))  # repr: nan params compare equal as text
     assert hndl.dumps(again) == text
 
@@ -260,9 +261,17 @@ def test_mutated_text_loads_and_builds_or_raises_hndl_error(text: str) -> None:
 
 
 @fuzz(600)
-@given(text=st.text(max_size=200) | st.text(max_size=30).map(lambda t: t + ".yaml"))
+@given(text=st.text(max_size=200))
 def test_random_text_raises_hndl_error(text: str) -> None:
-    load_and_build(text)  # a one-line text ending in .yaml is a (missing) path: also an HndlError
+    load_and_build(text)
+
+
+@fuzz(300)
+@given(text=st.text(max_size=60).map(lambda t: t + "\n") | st.text(max_size=60).map(lambda t: "hndl:" + t))
+def test_load_refuses_any_text_without_reading_a_file(text: str) -> None:
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.load(text)
+    assert info.value.problems[0].hint == "hndl.load takes a path; pass spec text to hndl.loads"
 
 
 @fuzz(400)
@@ -296,7 +305,7 @@ def test_dumps_round_trips_any_plain_params(params: dict[str, Any], shape: list[
     x = g.input("x", shape)
     g.output(g.add("relu", x, name="r", **params))
     text = hndl.dumps(g)
-    again = hndl.load(text)
+    again = hndl.loads(text)
     assert again.nodes["r"].params == params
     assert again.inputs["x"].contract == g.inputs["x"].contract
     assert hndl.dumps(again) == text

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
 from ._check import check as check
+from ._contracts import DTYPES as DTYPES
 from ._contracts import Contract as Contract
 from ._contracts import ShapePattern as ShapePattern
 from ._contracts import TensorType as TensorType
@@ -24,6 +25,8 @@ from ._errors import HndlError as HndlError
 from ._errors import Problem as Problem
 from ._graph import Graph as Graph
 from ._graph import Handle as Handle
+from ._graph import split_ref as split_ref
+from ._param_types import ParamType as ParamType
 from ._registry import REQUIRED as REQUIRED
 from ._registry import InferError as InferError
 from ._registry import OpDef as OpDef
@@ -32,8 +35,11 @@ from ._registry import Params as Params
 from ._registry import Port as Port
 from ._registry import op as op
 from ._registry import registry as registry
-from ._spec import dumps as dumps
-from ._spec import load as load
+from ._spec_dumper import dumps as dumps
+from ._spec_dumper import flow_yaml as flow_yaml
+from ._spec_loader import load as load
+from ._spec_loader import loads as loads
+from ._spec_schema import spec_schema as spec_schema
 
 if TYPE_CHECKING:
     from .torch import GraphModule
@@ -42,6 +48,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CODES",
+    "DTYPES",
     "REQUIRED",
     "Contract",
     "Graph",
@@ -51,6 +58,7 @@ __all__ = [
     "InferError",
     "OpDef",
     "Param",
+    "ParamType",
     "Params",
     "Port",
     "Problem",
@@ -59,9 +67,13 @@ __all__ = [
     "build",
     "check",
     "dumps",
+    "flow_yaml",
     "load",
+    "loads",
     "op",
     "registry",
+    "spec_schema",
+    "split_ref",
 ]
 
 

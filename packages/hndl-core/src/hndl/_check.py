@@ -492,7 +492,7 @@ class _Checker:
                 bound = env.get(p.name)
                 if isinstance(bound, int):
                     # A list-typed parameter (layernorm's normalized_shape) inferred from one dim is that dim.
-                    values[p.name] = (bound,) if p.type in ("ints", "shape") else bound
+                    values[p.name] = p.type.from_dim(bound)
                     continue
                 if bound is None:
                     problem(

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._contracts import ShapePattern, TensorType, parse_dtype_rule
+from ._param_types import ParamType, excerpt, param_type
 
 __all__ = ["REQUIRED", "InferError", "OpDef", "Param", "Params", "Port", "op", "registry"]
 
@@ -41,20 +42,6 @@ class _Required:
 
 #: Default of a parameter that must be given (unless it is ``inferred`` from shapes).
 REQUIRED: Any = _Required()
-
-#: Parameter types the schema understands, with how the docs describe them.
-PARAM_TYPES: dict[str, str] = {
-    "int": "integer",
-    "float": "number",
-    "bool": "true or false",
-    "str": "string",
-    "ints": "list of integers",
-    "int_or_pair": "integer, or a list of two integers",
-    "shape": "list of integers (-1 once, for 'the rest')",
-    "dtype": "dtype name such as float32",
-    "mapping": "mapping of keyword arguments",
-    "graph": "name of a graph in the spec's graphs section",
-}
 
 
 class InferError(Exception):
@@ -81,13 +68,14 @@ class InferError(Exception):
         self.hint = hint
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Param:
     """One parameter of an op.
 
     Attributes:
         name: the key in a spec file and the keyword in :meth:`Graph.add`.
-        type: one of :data:`PARAM_TYPES`.
+        type: a :class:`~hndl.ParamType`; given as its name (``"int"``, ``"float"``, ``"bool"``, ``"str"``,
+            ``"ints"``, ``"int_or_pair"``, ``"shape"``, ``"dtype"``, ``"mapping"``, ``"graph"``) or as the object.
         default: the value when omitted; :data:`REQUIRED` if it must be given.
         doc: one line for the reference docs.
         min, max: inclusive bounds for numbers (and for each int of a list).
@@ -97,18 +85,40 @@ class Param:
     """
 
     name: str
-    type: str
-    default: Any = REQUIRED
-    doc: str = ""
-    min: float | None = None
-    max: float | None = None
-    choices: tuple[Any, ...] | None = None
-    inferred: bool = False
-    nullable: bool = False
+    type: ParamType
+    default: Any
+    doc: str
+    min: float | None
+    max: float | None
+    choices: tuple[Any, ...] | None
+    inferred: bool
+    nullable: bool
 
-    def __post_init__(self) -> None:
-        if self.type not in PARAM_TYPES:
-            raise ValueError(f"unknown parameter type {self.type!r}; use one of {', '.join(PARAM_TYPES)}")
+    def __init__(
+        self,
+        name: str,
+        type: str | ParamType,
+        default: Any = REQUIRED,
+        doc: str = "",
+        min: float | None = None,
+        max: float | None = None,
+        choices: Sequence[Any] | None = None,
+        inferred: bool = False,
+        nullable: bool = False,
+    ) -> None:
+        fields = {
+            "name": name,
+            "type": param_type(type),
+            "default": default,
+            "doc": doc,
+            "min": min,
+            "max": max,
+            "choices": None if choices is None else tuple(choices),
+            "inferred": inferred,
+            "nullable": nullable,
+        }
+        for key, value in fields.items():
+            object.__setattr__(self, key, value)
 
     @property
     def required(self) -> bool:
@@ -118,80 +128,50 @@ class Param:
         """Normalise ``value``; returns ``(value, "")`` or ``(None, reason)``."""
         if value is None:
             return (None, "") if self.nullable else (None, "must not be null")
-        t = self.type
-        if t in ("int", "float"):
-            ok = isinstance(value, int) and not isinstance(value, bool)
-            if t == "float" and isinstance(value, float):
-                ok = True
-            if not ok:
-                return None, f"must be {PARAM_TYPES[t]}, got {_kind(value)} {value!r}"
-            return self._bounds(value)
-        if t == "bool":
-            return (value, "") if isinstance(value, bool) else (None, f"must be true or false, got {value!r}")
-        if t in ("str", "graph", "dtype"):
-            if not isinstance(value, str):
-                return None, f"must be a string, got {_kind(value)} {value!r}"
-            if t == "dtype":
-                try:
-                    value = parse_dtype_rule(value)
-                except ValueError as exc:
-                    return None, str(exc)
-            return self._choices(value)
-        if t == "int_or_pair":
-            if isinstance(value, int) and not isinstance(value, bool):
-                value = (value, value)
-            if not _int_list(value) or len(value) != 2:
-                return None, f"must be an integer or a list of two integers, got {value!r}"
-            return self._bounds(tuple(value))
-        if t in ("ints", "shape"):
-            if not _int_list(value):
-                return None, f"must be a list of integers, got {value!r}"
-            value = tuple(value)
-            if t == "shape":
-                if sum(v == -1 for v in value) > 1:
-                    return None, f"may contain -1 at most once, got {list(value)}"
-                if any(v < -1 for v in value):
-                    return None, f"entries must be positive or -1, got {list(value)}"
-                return value, ""
-            return self._bounds(value)
-        if t == "mapping":
-            if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-                return None, f"must be a mapping with string keys, got {value!r}"
-            return dict(value), ""
-        raise AssertionError(t)
-
-    def _bounds(self, value: Any) -> tuple[Any, str]:
-        items = value if isinstance(value, tuple) else (value,)
-        for v in items:
-            if self.min is not None and v < self.min:
-                return None, f"must be >= {_num(self.min)}, got {_show(value)}"
-            if self.max is not None and v > self.max:
-                return None, f"must be <= {_num(self.max)}, got {_show(value)}"
-        return self._choices(value)
-
-    def _choices(self, value: Any) -> tuple[Any, str]:
+        value, reason = self.type.normalize(value)
+        if reason:
+            return None, reason
+        if self.type.bounded:
+            for v in self.type.bounded_items(value):
+                if self.min is not None and v < self.min:
+                    return None, f"must be >= {_number(self.min)}, got {excerpt(value)}"
+                if self.max is not None and v > self.max:
+                    return None, f"must be <= {_number(self.max)}, got {excerpt(value)}"
         if self.choices is not None and value not in self.choices:
             options = ", ".join(repr(c) for c in self.choices)
-            return None, f"must be one of {options}, got {value!r}"
+            return None, f"must be one of {options}, got {excerpt(value)}"
         return value, ""
 
+    def schema(self) -> dict[str, Any]:
+        """The JSON Schema of this parameter's values: its type's fragment with bounds, choices and null."""
+        bounds: dict[str, float] = {}
+        if self.type.bounded and self.min is not None:
+            bounds["minimum"] = self.min
+        if self.type.bounded and self.max is not None:
+            bounds["maximum"] = self.max
+        s = self.type.schema(bounds)
+        if self.choices is not None:
+            s = {**s, "enum": [_plain(c) for c in self.choices]}
+        if self.nullable:
+            s = {"anyOf": [s, {"type": "null"}]}
+        if self.doc:
+            s = {"description": self.doc, **s}
+        if self.default is not REQUIRED:
+            s["default"] = _plain(self.default)
+        return s
 
-def _int_list(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
 
-
-def _kind(value: Any) -> str:
-    return {str: "string", bool: "boolean", list: "list", dict: "mapping", float: "number"}.get(
-        type(value), type(value).__name__
-    )
-
-
-def _num(x: float) -> str:
+def _number(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-def _show(value: Any) -> str:
-    return str(list(value)) if isinstance(value, tuple) else repr(value)
+def _plain(value: Any) -> Any:
+    """A default or choice as JSON data (tuples as lists)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
 
 
 @dataclass(frozen=True)

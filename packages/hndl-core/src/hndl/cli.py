@@ -23,20 +23,20 @@ from ._check import CheckedGraph, check, flatten
 from ._contracts import format_shape
 from ._errors import HndlError, Problem
 from ._graph import Graph
-from ._spec import load
+from ._spec_loader import load
 
-__all__ = ["main"]
+__all__ = ["main", "parser"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``hndl`` command with ``argv`` (``sys.argv[1:]`` by default) and return its exit status."""
-    parser = _parser()
+    command = parser()
     try:
-        args = parser.parse_args(None if argv is None else list(argv))
+        args = command.parse_args(None if argv is None else list(argv))
     except SystemExit as exc:  # --help, --version and usage errors: argparse has printed what it had to say
         return exc.code if isinstance(exc.code, int) else 2
     if args.command is None:
-        parser.print_help(sys.stderr)
+        command.print_help(sys.stderr)
         return 2
     out = sys.stdout
     try:
@@ -54,14 +54,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def parser() -> argparse.ArgumentParser:
+    """A new argument parser of the ``hndl`` command: what :func:`main` parses with, and what the reference
+    docs show as the command's usage (``python -m hndl.docs``)."""
+    top = argparse.ArgumentParser(
         prog="hndl",
         description="Check hndl spec files and summarise the models they describe.",
         epilog="Exit status: 0 all good, 1 problems found, 2 usage error.",
     )
-    parser.add_argument("--version", action="version", version=f"hndl {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    top.add_argument("--version", action="version", version=f"hndl {__version__}")
+    commands = top.add_subparsers(dest="command", metavar="COMMAND")
     imports_help = "let op 'module' import the Python classes it names (only for files you trust)"
 
     check_cmd = commands.add_parser(
@@ -81,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     summary_cmd.add_argument("file", metavar="FILE", help="a spec file")
     summary_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
-    return parser
+    return top
 
 
 # --- loading, checking, building ---------------------------------------------------------------------------

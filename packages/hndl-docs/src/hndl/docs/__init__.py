@@ -45,12 +45,12 @@ def generate(root: Path | str = ".") -> dict[str, str]:
     from ._diagrams import examples_page
     from ._errors import errors_page
     from ._ops import op_pages
-    from ._schema import schema_text, spec_page, spec_schema
+    from ._schema import schema_text, spec_page
     from ._text import HEADER
 
     root = Path(root).resolve()
     ops = list(hndl.registry)
-    schema = spec_schema(ops)
+    schema = hndl.spec_schema(ops)
     files = {
         "index.md": _INDEX.format(header=HEADER),
         "errors.md": errors_page([root]),

@@ -1,19 +1,18 @@
-"""The ``hndl`` command's usage, captured from its argparse parser (``hndl.cli``)."""
+"""The ``hndl`` command's usage, captured from its argparse parser (:func:`hndl.cli.parser`)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import os
 from collections.abc import Iterator
-from typing import Any
+
+from hndl.cli import parser as command_parser
 
 from ._text import HEADER
 
 #: Width argparse formats help to, fixed so the page does not depend on the terminal.
 COLUMNS = 100
-_FACTORIES = ("build_parser", "make_parser", "get_parser", "parser", "_parser", "_build_parser")
 
 
 @contextlib.contextmanager
@@ -31,26 +30,6 @@ def _fixed_terminal() -> Iterator[None]:
                 os.environ[k] = v
 
 
-def find_parser() -> argparse.ArgumentParser | None:
-    """The command's parser, from the first parser factory ``hndl.cli`` defines; ``None`` without one."""
-    try:
-        cli = importlib.import_module("hndl.cli")
-    except ImportError:
-        return None
-    for name in _FACTORIES:
-        obj: Any = getattr(cli, name, None)
-        if isinstance(obj, argparse.ArgumentParser):
-            return obj
-        if callable(obj):
-            try:
-                made = obj()
-            except TypeError:
-                continue
-            if isinstance(made, argparse.ArgumentParser):
-                return made
-    return None
-
-
 def _help(parser: argparse.ArgumentParser) -> str:
     if hasattr(parser, "color"):  # Python 3.14+ colours help unless told not to
         parser.color = False
@@ -60,10 +39,7 @@ def _help(parser: argparse.ArgumentParser) -> str:
 
 def cli_page() -> str:
     out = [HEADER, "# The `hndl` command\n\n"]
-    parser = find_parser()
-    if parser is None:
-        out.append("*The installed hndl has no command-line parser (`hndl.cli`), so there is no usage to show.*\n")
-        return "".join(out)
+    parser = command_parser()
     parser.prog = "hndl"
     out.append(
         "Installed with hndl-core. The usage below is captured from the command's own argument parser.\n\n"

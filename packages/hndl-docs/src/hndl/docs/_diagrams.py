@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import hndl
-from hndl._graph import Graph, split_ref
+from hndl import Graph, split_ref
 
 from ._text import HEADER, code, scrub, table
 
@@ -96,15 +96,11 @@ def examples_page(root: Path, roots: Sequence[Path] = ()) -> str:
     if not files:
         out.append("*There are no example spec files (`examples/*.yaml`) yet.*\n")
         return "".join(out)
-    load = getattr(hndl, "load", None)
     for path in files:
         rel = path.relative_to(root).as_posix()
         out.append(f"## `{rel}`\n\n")
-        if load is None:
-            out.append("*This installation of hndl cannot load spec files (`hndl.load`).*\n\n")
-            continue
         try:
-            graph = load(str(path))
+            graph = hndl.load(path)
         except hndl.HndlError as exc:
             out.append("This file does not load:\n\n```text\n" + scrub(str(exc), [root, *roots]) + "\n```\n\n")
             continue

@@ -21,7 +21,8 @@ from ._text import HEADER, code, scrub
 
 @dataclass(frozen=True)
 class Trigger:
-    """A snippet expected to raise ``HndlError`` with ``code``; ``requires`` names what it needs (``hndl.load``)."""
+    """A snippet expected to raise ``HndlError`` with ``code``; ``requires`` names what it needs
+    (``hndl.func.functional_call``)."""
 
     source: str
     requires: str = ""
@@ -33,7 +34,7 @@ g.output(g.add("linear", x, name="hidden", out_features=10))
 model = hndl.build(g)
 """
 
-_SHAPE_SPEC = '''hndl.check(hndl.load("""
+_SHAPE_SPEC = '''hndl.check(hndl.loads("""
 hndl: 1
 name: mlp
 inputs:
@@ -46,9 +47,7 @@ outputs: [hidden]
 
 TRIGGERS: dict[str, tuple[Trigger, ...]] = {
     "E_SPEC": (
-        Trigger(
-            'hndl.load("hndl: 2\\nname: m\\ninputs: {x: {shape: [B, 4]}}\\nnodes: {}\\noutputs: [x]\\n")\n', "hndl.load"
-        ),
+        Trigger('hndl.loads("hndl: 2\\nname: m\\ninputs: {x: {shape: [B, 4]}}\\nnodes: {}\\noutputs: [x]\\n")\n'),
         Trigger('g = hndl.Graph("m")\ng.input("x", ("B", 4), dtype="float33")\n'),
     ),
     "E_NAME": (Trigger('g = hndl.Graph("mlp")\ng.input("2x", ("B", 784))\n'),),
@@ -77,7 +76,7 @@ TRIGGERS: dict[str, tuple[Trigger, ...]] = {
         ),
     ),
     "E_SHAPE": (
-        Trigger(_SHAPE_SPEC, "hndl.load"),
+        Trigger(_SHAPE_SPEC),
         Trigger(
             'g = hndl.Graph("mlp")\nx = g.input("x", ("B", 784))\n'
             'g.output(g.add("linear", x, name="hidden", in_features=512, out_features=10))\nhndl.check(g)\n'

@@ -7,8 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import hndl
-from hndl._contracts import DTYPES, ShapePattern
-from hndl._registry import PARAM_TYPES, REQUIRED, OpDef, Param, Port
+from hndl import DTYPES, REQUIRED, OpDef, Param, Port, ShapePattern
 
 from ._text import HEADER, code, flow, indent, table
 
@@ -17,8 +16,9 @@ DEFAULT_INPUT_SHAPE: tuple[Any, ...] = ("B", 16)
 _SAFE = re.compile(r"[^A-Za-z0-9_]")
 
 
-def page_name(opdef: OpDef) -> str:
-    return _SAFE.sub("_", opdef.name) or "op"
+def page_name(op_name: str) -> str:
+    """The file name (without ``.md``) of an op's page."""
+    return _SAFE.sub("_", op_name) or "op"
 
 
 def origin(opdef: OpDef) -> str:
@@ -27,7 +27,7 @@ def origin(opdef: OpDef) -> str:
 
 
 def op_pages(ops: Sequence[OpDef]) -> dict[str, str]:
-    pages = {f"ops/{page_name(o)}.md": op_page(o) for o in ops}
+    pages = {f"ops/{page_name(o.name)}.md": op_page(o) for o in ops}
     pages["ops/index.md"] = index_page(ops)
     return pages
 
@@ -42,10 +42,12 @@ def index_page(ops: Sequence[OpDef]) -> str:
     rows = []
     for o in ops:
         where = "built-in" if origin(o).startswith("hndl.") else f"plugin `{origin(o)}`"
-        rows.append([f"[`{o.name}`]({page_name(o)}.md)", o.summary or "(no docstring)", code(o.module or "?"), where])
+        rows.append(
+            [f"[`{o.name}`]({page_name(o.name)}.md)", o.summary or "(no docstring)", code(o.module or "?"), where]
+        )
     out.append(table(["op", "summary", "builds", "from"], rows))
     out.append("\n```{toctree}\n:hidden:\n\n")
-    out += [f"{page_name(o)}\n" for o in ops]
+    out += [f"{page_name(o.name)}\n" for o in ops]
     out.append("```\n")
     return "".join(out)
 
@@ -96,7 +98,7 @@ def _param_row(p: Param) -> list[str]:
         rules.append("one of " + ", ".join(flow(c) for c in p.choices))
     if p.nullable:
         rules.append("may be null")
-    return [code(p.name), f"`{p.type}`: {PARAM_TYPES[p.type]}", default, "; ".join(rules) or "", p.doc]
+    return [code(p.name), f"`{p.type.name}`: {p.type.description}", default, "; ".join(rules) or "", p.doc]
 
 
 def _port_row(direction: str, p: Port) -> list[str]:
@@ -129,7 +131,7 @@ def build_example(o: OpDef) -> dict[str, Any]:
     """The op's example as spec text and Python, and what checking it infers."""
     node = {k: v for k, v in (o.example or {"op": o.name}).items() if k not in ("in", "op")}
     shape = list(o.input_shape_example if o.input_shape_example is not None else DEFAULT_INPUT_SHAPE)
-    graph_params = [p.name for p in o.params if p.type == "graph"]
+    graph_params = [p.name for p in o.params if p.type.name == "graph"]
     inputs: list[tuple[str, dict[str, Any]]] = []
     for port in o.inputs:
         contract: dict[str, Any] = {"shape": shape}
@@ -139,7 +141,7 @@ def build_example(o: OpDef) -> dict[str, Any]:
         count = (1 if graph_params else 2) if port.variadic else 1
         names = [port.name] if count == 1 else [f"{port.name}{i}" for i in range(count)]
         inputs += [(n, dict(contract)) for n in names]
-    name = page_name(o) if page_name(o)[0].isalpha() else "node"
+    name = page_name(o.name) if page_name(o.name)[0].isalpha() else "node"
     if any(name == n for n, _ in inputs):
         name = f"{name}_node"
     refs = [n for n, _ in inputs]

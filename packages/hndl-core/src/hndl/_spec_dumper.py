@@ -1,0 +1,161 @@
+"""Writing spec files: :func:`dumps` turns a :class:`~hndl.Graph` into spec text, and :func:`flow_yaml` writes
+one value as one line of YAML, the form every input and node of a spec takes.
+
+The output is deterministic, and ``loads(dumps(g))`` builds the same model as ``g``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from ._errors import HndlError, Problem, ProblemList
+from ._graph import Graph
+from ._param_types import excerpt
+from ._yaml_reader import CORE_RESOLVERS, STR
+
+__all__ = ["FORMAT_VERSION", "NODE_KEYS", "dumps", "flow_yaml"]
+
+#: The spec format version this hndl reads and writes (the ``hndl:`` key).
+FORMAT_VERSION = 1
+
+#: The keys of a spec node that are not parameters of its op.
+NODE_KEYS = ("op", "in")
+
+
+class _Dumper(yaml.SafeDumper):
+    """Writes scalars so that both YAML 1.2 (hndl) and YAML 1.1 (``yaml.safe_load``) read them back the same:
+    a string that either schema would take for a number, boolean or null is quoted."""
+
+
+# SafeDumper already quotes what YAML 1.1 would resolve; adding the 1.2 core resolvers quotes the rest.
+for _tag, _regexp, _first in CORE_RESOLVERS:
+    _Dumper.add_implicit_resolver(_tag, _regexp, _first)
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    # Line breaks and control characters are written escaped in double quotes, so every value stays on one line.
+    style = '"' if any(not ch.isprintable() for ch in value) else None
+    return dumper.represent_scalar(STR, value, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def flow_yaml(value: Any) -> str:
+    """``value`` (plain data: mappings, lists, strings, numbers, booleans, None) as one line of flow YAML.
+
+    This is how :func:`dumps` writes every input and node (``{op: linear, in: x, out_features: 512}``).
+    Strings that YAML 1.1 or 1.2 would read as another type are quoted; strings with line breaks or control
+    characters are double-quoted with escapes; tuples are written as lists.
+
+    Raises:
+        HndlError: E_SPEC for a value that is not plain data.
+    """
+    try:
+        text = yaml.dump(
+            _lists(value),
+            Dumper=_Dumper,
+            default_flow_style=True,
+            sort_keys=False,
+            allow_unicode=True,
+            width=2**31 - 1,
+            explicit_end=False,
+        )
+    except yaml.YAMLError:
+        raise HndlError(Problem("E_SPEC", f"{type(value).__name__} {excerpt(value)} is not plain data")) from None
+    # A lone scalar is written as a document ("x\n...\n"); keep only the value.
+    return text.removesuffix("\n...\n").rstrip("\n")
+
+
+def _lists(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_lists(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _lists(v) for k, v in value.items()}
+    return value
+
+
+def dumps(graph: Graph) -> str:
+    """Write ``graph`` as spec text (YAML), deterministically.
+
+    Keys come in a fixed order (``hndl``, ``name``, ``inputs``, ``nodes``, ``outputs``, ``graphs``), nodes
+    in the graph's order, one node per line. Parameters are written as they were given: inferred ones
+    (``in_features``) stay out unless the graph states them. ``loads(dumps(g))`` builds the same model as
+    ``g`` (same modules, parameter names and shapes).
+
+    Raises:
+        HndlError: E_SPEC when a parameter value cannot be written as plain data (a Python object, a
+            function), naming the node and parameter.
+    """
+    problems = ProblemList()
+    lines = [f"hndl: {FORMAT_VERSION}", f"name: {flow_yaml(graph.name)}"]
+    lines += _graph_lines(graph, "", problems)
+    if graph.graphs:
+        lines.append("graphs:")
+        for name, sub in graph.graphs.items():
+            lines.append(f"  {flow_yaml(name)}:")
+            lines += _graph_lines(sub, "    ", problems)
+    problems.raise_if_any(title=f"graph '{graph.name}'")
+    return "\n".join(lines) + "\n"
+
+
+def _graph_lines(graph: Graph, indent: str, problems: ProblemList) -> list[str]:
+    lines = [f"{indent}inputs:" if graph.inputs else f"{indent}inputs: {{}}"]
+    for name, spec in graph.inputs.items():
+        lines.append(f"{indent}  {flow_yaml(name)}: {flow_yaml(spec.contract.to_spec())}")
+    lines.append(f"{indent}nodes:" if graph.nodes else f"{indent}nodes: {{}}")
+    for name, node in graph.nodes.items():
+        entry: dict[str, Any] = {"op": node.op}
+        if len(node.inputs) == 1:
+            entry["in"] = node.inputs[0]
+        elif node.inputs:
+            entry["in"] = list(node.inputs)
+        for key, value in node.params.items():
+            if key in NODE_KEYS or not isinstance(key, str):
+                problems.add(
+                    "E_SPEC",
+                    f"parameter {excerpt(key)} cannot be written: the name is not a valid parameter key",
+                    node=name,
+                    op=node.op,
+                )
+                continue
+            plain, reason = _plain_param(value)
+            if reason:
+                problems.add(
+                    "E_SPEC", f"parameter {key!r} cannot be written to a spec: {reason}", node=name, op=node.op
+                )
+                continue
+            entry[key] = plain
+        lines.append(f"{indent}  {flow_yaml(name)}: {flow_yaml(entry)}")
+    lines.append(f"{indent}outputs: {flow_yaml(list(graph.outputs))}")
+    return lines
+
+
+def _plain_param(value: Any) -> tuple[Any, str]:
+    """``value`` as plain spec data (tuples become lists, a Graph its name), or ``(None, reason)``."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value, ""
+    if isinstance(value, Graph):
+        return value.name, ""
+    if isinstance(value, (list, tuple)):
+        out = []
+        for item in value:
+            plain, reason = _plain_param(item)
+            if reason:
+                return None, reason
+            out.append(plain)
+        return out, ""
+    if isinstance(value, Mapping):
+        mapping = {}
+        for k, item in value.items():
+            if not isinstance(k, str):
+                return None, f"mapping key {excerpt(k)} is not a string"
+            plain, reason = _plain_param(item)
+            if reason:
+                return None, reason
+            mapping[k] = plain
+        return mapping, ""
+    return None, f"{type(value).__name__} {excerpt(value)} is not plain data"

@@ -1,0 +1,144 @@
+"""The spec-file format as a JSON Schema (draft 2020-12), produced from the same facts the loader uses.
+
+The structure (keys, names, the version) comes from the loader's constants, dtypes from the contracts, and
+each op parameter's schema from its :class:`~hndl.Param` and :class:`~hndl.ParamType`: the ``op`` key is an
+enum of the ops given, and each op's parameters are an ``if {op: const NAME} then {...}`` branch of the node
+schema's ``allOf``. A document the schema accepts is one :func:`hndl.loads` accepts and whose parameters
+:func:`hndl.check` accepts; what the schema cannot see is listed in SPEC.md §4.9.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ._contracts import DTYPE_CATEGORIES, DTYPES
+from ._registry import OpDef, registry
+from ._spec_dumper import FORMAT_VERSION, NODE_KEYS
+from ._spec_loader import REQUIRED_KEYS, SUBGRAPH_KEYS
+
+__all__ = ["NAME_PATTERN", "SCHEMA_ID", "spec_schema"]
+
+#: Names of graphs, inputs and nodes, as a JSON Schema (ECMA 262) pattern: the loader's ``NAME_RE``.
+NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"
+SCHEMA_ID = "spec.schema.json"
+
+
+def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a spec file whose nodes use ``ops`` (every registered op by default).
+
+    Editors can validate and complete spec files with it; ``python -m hndl.docs`` publishes it as
+    ``docs/reference/spec.schema.json``. It accepts exactly the documents that :func:`hndl.loads` reads and
+    whose op names and parameter values :func:`hndl.check` accepts, except for what a schema cannot see
+    (SPEC.md §4.9): references, shapes, keys written twice, and integers written as ``2.0``.
+
+    Returns:
+        A new dict each call, which the caller may change.
+    """
+    ops = list(registry if ops is None else ops)
+    ref = {
+        "description": "an input or node name, or 'node.port' for one output of a node",
+        "type": "string",
+    }
+    refs = {"anyOf": [{"$ref": "#/$defs/ref"}, {"type": "array", "items": {"$ref": "#/$defs/ref"}}]}
+    graph_body = {
+        "inputs": {
+            "description": "the graph's inputs, in call order, each with its contract",
+            "type": "object",
+            "propertyNames": {"$ref": "#/$defs/name"},
+            "additionalProperties": {"$ref": "#/$defs/input"},
+        },
+        "nodes": {
+            "description": "the nodes, in order; each key is the node's name",
+            "type": "object",
+            "propertyNames": {"$ref": "#/$defs/name"},
+            "additionalProperties": {"$ref": "#/$defs/node"},
+        },
+        "outputs": {
+            "description": "the graph's outputs, in order: a reference, or a list of references",
+            **refs,
+        },
+    }
+    top = {
+        "hndl": {"description": "format version", "type": "integer", "const": FORMAT_VERSION},
+        "name": {"description": "the graph's name", "$ref": "#/$defs/name"},
+        "graphs": {
+            "description": "reusable subgraphs, used by nodes with op 'graph'",
+            "type": "object",
+            "propertyNames": {"$ref": "#/$defs/name"},
+            "additionalProperties": {"$ref": "#/$defs/graph"},
+        },
+        **graph_body,
+    }
+    node_keys = {
+        "op": {"description": "the op's name", "enum": [o.name for o in ops]},
+        "in": {"description": "the value(s) the node consumes", **refs},
+    }
+    input_keys = {
+        "shape": {"$ref": "#/$defs/shape"},
+        "dtype": {"anyOf": [{"$ref": "#/$defs/dtype"}, {"type": "null"}], "default": "float"},
+        "device": {"description": "pin the input's device ('cpu', 'cuda', ...)", "type": ["string", "null"]},
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "title": "hndl spec file",
+        "description": "A model graph for hndl, written in YAML (or JSON with the same structure).",
+        "type": "object",
+        "properties": top,
+        "required": ["hndl", *REQUIRED_KEYS],
+        "additionalProperties": False,
+        "$defs": {
+            "name": {
+                "description": "a name: letters, digits and underscores, not starting with a digit",
+                "type": "string",
+                "pattern": NAME_PATTERN,
+            },
+            "ref": ref,
+            "dim": {
+                "description": "a size (int), a symbol ('B'), a variadic symbol ('*batch') or an expression ('C*H*W')",
+                "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1}],
+            },
+            "shape": {
+                "description": "a shape pattern: a list of dims",
+                "type": "array",
+                "items": {"$ref": "#/$defs/dim"},
+            },
+            "dtype": {
+                "description": "a dtype or a dtype category (torch's 'torch.' prefix is accepted too)",
+                "enum": [*DTYPE_CATEGORIES, *DTYPES, *(f"torch.{d}" for d in (*DTYPE_CATEGORIES, *DTYPES))],
+            },
+            "input": {
+                "description": "a graph input's contract",
+                "type": "object",
+                "properties": input_keys,
+                "required": ["shape"],
+                "additionalProperties": False,
+            },
+            "graph": {
+                "description": "a subgraph: inputs, nodes and outputs, as at the top level",
+                "type": "object",
+                "properties": graph_body,
+                "required": list(SUBGRAPH_KEYS),
+                "additionalProperties": False,
+            },
+            "node": {
+                "description": "a node: its op, its inputs ('in') and the op's parameters",
+                "type": "object",
+                "properties": node_keys,
+                "propertyNames": {"type": "string"},
+                "required": ["op"],
+                "allOf": [_op_branch(o) for o in ops],
+            },
+        },
+    }
+
+
+def _op_branch(o: OpDef) -> dict[str, Any]:
+    props: dict[str, Any] = {key: True for key in NODE_KEYS}
+    props.update({p.name: p.schema() for p in o.params})
+    then: dict[str, Any] = {"properties": props, "additionalProperties": False}
+    required = [p.name for p in o.params if p.required]
+    if required:
+        then["required"] = required
+    return {"if": {"properties": {"op": {"const": o.name}}, "required": ["op"]}, "then": then}

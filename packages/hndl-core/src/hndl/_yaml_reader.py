@@ -1,0 +1,313 @@
+"""Reading YAML (or JSON) text into plain values that remember where they were written.
+
+Reading never constructs arbitrary objects and never imports or runs anything. The text is *composed* with
+PyYAML's safe loader into a tree of nodes that carry their start marks; this module turns that tree into
+:class:`Located` values itself, accepting only the core tags (mapping, list, string, integer, float, boolean,
+null). Plain scalars resolve by the YAML 1.2 core schema, which is also JSON's: ``1e-5`` is a number, and
+``yes``, ``on`` and ``1:30`` stay strings (YAML 1.1 would turn them into ``True`` and ``90``).
+
+This module knows YAML, not spec files: it reports what is wrong with the text (syntax, tags, aliases that
+contain themselves, size and depth bounds) and records keys written twice as :class:`Duplicate` entries,
+which the spec loader reports in the words of the section they are in.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import yaml
+
+from ._errors import ProblemList
+from ._param_types import excerpt
+
+__all__ = ["CORE_RESOLVERS", "Duplicate", "Located", "describe", "read_yaml"]
+
+# Bounds on what a text may expand to: aliases can make a small text describe an enormous tree ("billion
+# laughs"), and deep nesting would otherwise end in a RecursionError.
+MAX_VALUES = 200_000
+MAX_DEPTH = 64
+
+_TAG = "tag:yaml.org,2002:"
+STR, INT, FLOAT, BOOL, NULL = (_TAG + t for t in ("str", "int", "float", "bool", "null"))
+_MAP, _SEQ = _TAG + "map", _TAG + "seq"
+
+#: YAML 1.2 core schema: the implicit types of plain (unquoted) scalars, as PyYAML resolvers.
+CORE_RESOLVERS: list[tuple[str, re.Pattern[str], list[str | None]]] = [
+    (NULL, re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""]),
+    (BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")),
+    (INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789")),
+    (
+        FLOAT,
+        re.compile(
+            r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+        ),
+        list("-+.0123456789"),
+    ),
+]
+
+
+class _Loader(yaml.SafeLoader):
+    """The safe loader with YAML 1.2 core resolution (used for composition only, never construction)."""
+
+    yaml_implicit_resolvers: ClassVar[dict[Any, Any]] = {}
+
+
+for _tag, _regexp, _first in CORE_RESOLVERS:
+    _Loader.add_implicit_resolver(_tag, _regexp, _first)
+
+
+@dataclass
+class Duplicate:
+    """A mapping key written a second time (YAML would silently keep the last one)."""
+
+    key: Any
+    loc: str
+    first_line: str
+    #: Set once the spec loader has reported it, so that a final sweep reports each duplicate exactly once.
+    reported: bool = False
+
+
+@dataclass
+class Located:
+    """A value read from the text with where it was written. Lists and mappings hold located values;
+    ``keys`` maps each mapping key to the location of the key itself."""
+
+    value: Any
+    loc: str
+    keys: dict[Any, str] = field(default_factory=dict)
+    #: False when this value (or one inside it) could not be read; the problem is already reported, and the
+    #: loader skips the value rather than report a second, confusing problem about it.
+    ok: bool = True
+    #: Keys of this mapping written twice; the first occurrence is the one kept.
+    duplicates: list[Duplicate] = field(default_factory=list)
+
+    def plain(self) -> Any:
+        """The value with all locations stripped: what an op parameter receives."""
+        if isinstance(self.value, list):
+            return [item.plain() for item in self.value]
+        if isinstance(self.value, dict):
+            return {k: v.plain() for k, v in self.value.items()}
+        return self.value
+
+    @property
+    def failed(self) -> bool:
+        """Whether this value itself could not be read (already reported): nothing more is said about it."""
+        return self.value is None and not self.ok
+
+    def children(self) -> list[Located]:
+        if isinstance(self.value, list):
+            return list(self.value)
+        if isinstance(self.value, dict):
+            return list(self.value.values())
+        return []
+
+
+def describe(value: Any) -> str:
+    """How a message names a value read from YAML: ``string 'B'``, ``integer 3``, ``boolean true``, ``a list``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, int):
+        return f"integer {excerpt(value)}"
+    if isinstance(value, float):
+        return f"number {value}"
+    if isinstance(value, str):
+        return f"string {excerpt(value)}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _show_tag(tag: str) -> str:
+    return "!!" + tag[len(_TAG) :] if tag.startswith(_TAG) else excerpt(tag)
+
+
+_LEADING_TABS = re.compile(r"^[ \t]+", re.MULTILINE)
+
+
+def read_yaml(text: str, file: str, problems: ProblemList) -> Located | None:
+    """Parse ``text`` into located values, adding every problem to ``problems``; None when nothing is readable.
+
+    ``file`` is the label locations start with (a path, or ``<string>``).
+    """
+    if text.lstrip().startswith(("{", "[")):
+        # JSON is YAML's flow style, except that JSON may indent with tabs, which YAML forbids. Tabs in
+        # indentation carry no meaning in JSON, so they become spaces (one for one: columns stay right).
+        text = _LEADING_TABS.sub(lambda m: m.group(0).replace("\t", " "), text)
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        location = f"{file}:{mark.line + 1}:{mark.column + 1}" if mark is not None else None
+        what = exc.problem or "invalid YAML"
+        if exc.context:
+            what = f"{exc.context}, {what}"
+        problems.add("E_SPEC", f"YAML syntax error: {what}", location=location)
+        return None
+    except yaml.YAMLError as exc:  # ReaderError: a character YAML does not allow
+        position = getattr(exc, "position", None)
+        character = getattr(exc, "character", None)
+        if isinstance(character, int):  # PyYAML gives the code point
+            character = chr(character)
+        if isinstance(character, str):
+            message = f"character {character!r} is not allowed in YAML"
+        else:
+            message = getattr(exc, "reason", None) or str(exc).splitlines()[0]
+        if isinstance(position, int):
+            line = text.count("\n", 0, position) + 1
+            col = position - (text.rfind("\n", 0, position) + 1) + 1
+            problems.add("E_SPEC", f"unreadable spec text: {message}", location=f"{file}:{line}:{col}")
+        else:
+            problems.add("E_SPEC", f"unreadable spec text: {message}")
+        return None
+    except RecursionError:
+        problems.add("E_SPEC", "the spec is nested too deeply to read")
+        return None
+    if node is None:
+        problems.add(
+            "E_SPEC",
+            "the spec is empty",
+            location=f"{file}:1:1",
+            hint="start with 'hndl: 1', then inputs, nodes, outputs",
+        )
+        return None
+    return _Reader(file, problems).convert(node, 0)
+
+
+class _Reader:
+    """Turns composed YAML nodes into :class:`Located` values, collecting problems instead of raising."""
+
+    def __init__(self, file: str, problems: ProblemList) -> None:
+        self.file = file
+        self.problems = problems
+        self.count = 0
+        self.active: set[int] = set()  # ids of collection nodes being converted, to catch recursive aliases
+        self.too_big = False
+
+    def where(self, mark: Any) -> str:
+        return f"{self.file}:{mark.line + 1}:{mark.column + 1}"
+
+    def convert(self, node: yaml.Node, depth: int) -> Located:
+        loc = self.where(node.start_mark)
+        self.count += 1
+        if self.count > MAX_VALUES:
+            if not self.too_big:
+                self.too_big = True
+                self.problems.add(
+                    "E_SPEC",
+                    f"the spec expands to more than {MAX_VALUES} values",
+                    location=loc,
+                    hint="aliases (*name) repeat what they refer to; a spec this large is probably a mistake",
+                )
+            return Located(None, loc, ok=False)
+        if depth > MAX_DEPTH:
+            self.problems.add("E_SPEC", f"values are nested more than {MAX_DEPTH} levels deep", location=loc)
+            return Located(None, loc, ok=False)
+        if isinstance(node, yaml.ScalarNode):
+            return self._scalar(node, loc)
+        if id(node) in self.active:
+            self.problems.add("E_SPEC", "an alias refers to a value that contains it", location=loc)
+            return Located(None, loc, ok=False)
+        self.active.add(id(node))
+        try:
+            if isinstance(node, yaml.SequenceNode):
+                if node.tag != _SEQ:
+                    return self._bad_tag(node, loc)
+                items = [self.convert(item, depth + 1) for item in node.value]
+                return Located(items, loc, ok=all(item.ok for item in items))
+            if isinstance(node, yaml.MappingNode):
+                if node.tag != _MAP:
+                    return self._bad_tag(node, loc)
+                return self._mapping(node, loc, depth)
+        finally:
+            self.active.discard(id(node))
+        self.problems.add("E_SPEC", "unexpected YAML content", location=loc)
+        return Located(None, loc, ok=False)
+
+    def _mapping(self, node: yaml.MappingNode, loc: str, depth: int) -> Located:
+        # A bad key drops its entry (reported); a bad value stays, marked not ok, so that the key still counts
+        # as present and no "missing key" follows from a value that was merely malformed.
+        values: dict[Any, Located] = {}
+        keys: dict[Any, str] = {}
+        duplicates: list[Duplicate] = []
+        for key_node, value_node in node.value:
+            key_loc = self.where(key_node.start_mark)
+            if not isinstance(key_node, yaml.ScalarNode):
+                self.problems.add(
+                    "E_SPEC",
+                    "a mapping key must be a plain value such as a name, not a list or mapping",
+                    location=key_loc,
+                )
+                continue
+            key = self._scalar(key_node, key_loc)
+            value = self.convert(value_node, depth + 1)
+            if not key.ok:
+                continue
+            if key.value in values:
+                duplicates.append(Duplicate(key.value, key_loc, keys[key.value].rsplit(":", 2)[-2]))
+                continue
+            values[key.value] = value
+            keys[key.value] = key_loc
+        return Located(values, loc, keys, ok=all(v.ok for v in values.values()), duplicates=duplicates)
+
+    def _scalar(self, node: yaml.ScalarNode, loc: str) -> Located:
+        text = node.value
+        tag = node.tag
+        try:
+            if tag == STR:
+                return Located(text, loc)
+            if tag == NULL:
+                if text not in ("", "~", "null", "Null", "NULL"):
+                    raise ValueError
+                return Located(None, loc)
+            if tag == BOOL:
+                if text.lower() not in ("true", "false"):
+                    raise ValueError
+                return Located(text.lower() == "true", loc)
+            if tag == INT:
+                return Located(_parse_int(text), loc)
+            if tag == FLOAT:
+                return Located(_parse_float(text), loc)
+        except ValueError:
+            self.problems.add("E_SPEC", f"{excerpt(text)} is not a valid {_show_tag(tag)} value", location=loc)
+            return Located(None, loc, ok=False)
+        return self._bad_tag(node, loc)
+
+    def _bad_tag(self, node: yaml.Node, loc: str) -> Located:
+        self.problems.add(
+            "E_SPEC",
+            f"tag {_show_tag(node.tag)} is not allowed",
+            location=loc,
+            hint="a spec holds plain data only: mappings, lists, strings, numbers, true/false and null",
+        )
+        return Located(None, loc, ok=False)
+
+
+def _parse_int(text: str) -> int:
+    sign = -1 if text.startswith("-") else 1
+    body = text.lstrip("+-")
+    if body.startswith("0x"):
+        return sign * int(body[2:], 16)
+    if body.startswith("0o"):
+        return sign * int(body[2:], 8)
+    if not body.isdigit():
+        raise ValueError(text)
+    return sign * int(body, 10)
+
+
+def _parse_float(text: str) -> float:
+    lowered = text.lower()
+    if lowered in (".inf", "+.inf"):
+        return math.inf
+    if lowered == "-.inf":
+        return -math.inf
+    if lowered == ".nan":
+        return math.nan
+    return float(text)
