@@ -22,7 +22,8 @@ nox.options.reuse_existing_virtualenvs = False
 CORE = "packages/hndl-core"
 FUNC = "packages/hndl-func"
 DOCS = "packages/hndl-docs"
-TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
+# jsonschema: tests/core/test_spec_schema.py holds the published schema to the loader; without it the test skips.
+TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "jsonschema>=4.18"]
 TYPED_SOURCES = ["packages/hndl-core/src/hndl", "packages/hndl-func/src/hndl/func", "packages/hndl-docs/src/hndl/docs"]
 
 INSTALL_SETS = {

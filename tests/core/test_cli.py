@@ -231,6 +231,16 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert (code, out) == (0, f"hndl {hndl.__version__}\n")
 
 
+def test_parser_is_public_and_new_each_call() -> None:
+    # hndl.docs reads the usage from it; each call builds a fresh parser, so callers may change it.
+    from hndl.cli import parser
+
+    first, second = parser(), parser()
+    assert first is not second and first.prog == "hndl"
+    assert first.parse_args(["check", "a.yaml", "--allow-imports"]).allow_imports is True
+    assert "check" in first.format_help() and "summary" in first.format_help()
+
+
 def test_help(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "--help")
     assert code == 0

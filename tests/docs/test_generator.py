@@ -276,3 +276,15 @@ def test_each_example_spec_has_a_diagram(generated):
     assert page.count("```mermaid\nflowchart TD\n") >= len(examples)
     assert '    i_x(["x<br/>[B, 784] float"])' in page  # the mlp's input, with its contract
     assert "This graph does not check" in page  # broken.yaml shows its errors
+
+
+def test_hndl_docs_uses_only_public_hndl_core_names():
+    # The private boundary: hndl-docs imports no underscore module of hndl-core and reads no underscore
+    # attribute of its objects (argparse's own _actions are the stdlib's, not hndl's).
+    source_dir = Path(docs.__file__).parent
+    for path in sorted(source_dir.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"(from|import)\s+hndl(\.torch)?\._", text), path.name
+        assert not re.search(r"\bhndl\.\w*\._", text.replace("hndl.ops._dense", "")), path.name
+        for attribute in re.findall(r"\b(?:opdef|o|p|cn|checked|graph|registry)\._\w+", text):
+            raise AssertionError(f"{path.name} reads {attribute}")
