@@ -236,9 +236,11 @@ def test_parser_is_public_and_new_each_call() -> None:
     from hndl.cli import parser
 
     first, second = parser(), parser()
-    assert first is not second and first.prog == "hndl"
+    assert first is not second
+    assert first.prog == "hndl"
     assert first.parse_args(["check", "a.yaml", "--allow-imports"]).allow_imports is True
-    assert "check" in first.format_help() and "summary" in first.format_help()
+    assert "check" in first.format_help()
+    assert "summary" in first.format_help()
 
 
 def test_help(capsys: pytest.CaptureFixture[str]) -> None:
