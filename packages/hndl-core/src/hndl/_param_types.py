@@ -17,7 +17,7 @@ from typing import Any
 
 from ._contracts import parse_dtype_rule
 
-__all__ = ["PARAM_TYPES", "ParamType", "describe_value", "excerpt", "param_type"]
+__all__ = ["PARAM_TYPES", "ParamType", "excerpt", "param_type"]
 
 #: How many characters of a value a message may echo: a spec may be untrusted, and a message is read in a
 #: terminal or a log, so a long value is cut and control characters stay escaped (``repr``).
@@ -27,13 +27,13 @@ EXCERPT_LIMIT = 60
 def excerpt(value: Any, limit: int = EXCERPT_LIMIT) -> str:
     """``repr(value)``, cut to about ``limit`` characters: what a message may echo of a value."""
     try:
-        text = repr(tuple_as_list(value))
+        text = repr(_tuple_as_list(value))
     except ValueError:  # an integer too long for Python to print (more than 4,300 digits)
         text = f"<an integer of {value.bit_length()} bits>" if isinstance(value, int) else "<unprintable value>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def tuple_as_list(value: Any) -> Any:
+def _tuple_as_list(value: Any) -> Any:
     """Tuples (the normal form of list parameters) shown as the lists a user wrote."""
     return list(value) if isinstance(value, tuple) else value
 

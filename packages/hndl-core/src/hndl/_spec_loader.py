@@ -455,7 +455,8 @@ class _SpecBuilder:
                 self.add(p.code, p.message, loc, node=name, hint=p.hint)
             return
         node = graph.nodes[name]
-        # Parameters are set directly rather than as **kwargs: the keys are the spec's, not Python keywords.
+        # Set directly rather than as **kwargs: a key 'name' would collide with Graph.add's own keyword (the
+        # checker then reports it as a parameter no op takes).
         node.params = {k: v.plain() for k, v in fields.items() if k not in NODE_KEYS}
         node.location = loc
         node.key_locations = dict(spec.keys)

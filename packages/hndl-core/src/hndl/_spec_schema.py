@@ -13,14 +13,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._contracts import DTYPE_CATEGORIES, DTYPES
+from ._graph import NAME_RE
 from ._registry import OpDef, registry
 from ._spec_dumper import FORMAT_VERSION, NODE_KEYS
 from ._spec_loader import REQUIRED_KEYS, SUBGRAPH_KEYS
 
 __all__ = ["NAME_PATTERN", "SCHEMA_ID", "spec_schema"]
 
-#: Names of graphs, inputs and nodes, as a JSON Schema (ECMA 262) pattern: the loader's ``NAME_RE``.
-NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"
+#: Names of graphs, inputs and nodes, as a JSON Schema (ECMA 262) pattern: ``NAME_RE``, anchored at both ends.
+NAME_PATTERN = "^" + NAME_RE.pattern.removesuffix("\\Z") + "$"
 SCHEMA_ID = "spec.schema.json"
 
 
