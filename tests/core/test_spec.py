@@ -394,6 +394,23 @@ def test_bad_shape_entry_and_dtype_point_at_their_keys() -> None:
     assert error.problems[1].message.startswith("unknown dtype 'float17'; use one of float, int, any")
 
 
+def test_each_bad_contract_key_is_reported_at_that_key() -> None:
+    # Located by which key was checked, not by reading the message: shape, dtype and device each get their own.
+    error = spec_error("hndl: 1\ninputs:\n  x: {shape: [B, 1.5], dtype: float17, device: 3}\nnodes: {}\noutputs: [x]\n")
+    assert [(p.code, p.node, p.op, where(p)) for p in error.problems] == [
+        ("E_SPEC", "x", "input", "3:14"),
+        ("E_SPEC", "x", "input", "3:31"),
+        ("E_SPEC", "x", "input", "3:48"),
+    ]
+    assert error.problems[2].message == "device must be a string such as 'cpu' or 'cuda', not 3"
+
+
+def test_a_key_written_twice_inside_a_parameter_value_names_the_node() -> None:
+    error = spec_error(MLP.replace("act:    {op: relu, in: hidden}", "act:    {op: relu, in: hidden, o: {a: 1, a: 2}}"))
+    (problem,) = error.problems
+    assert (problem.code, problem.node, problem.message) == ("E_SPEC", "act", "duplicate key 'a' (first on line 7)")
+
+
 def test_nodes_must_be_a_mapping() -> None:
     error = spec_error("hndl: 1\ninputs: {x: {shape: [B]}}\nnodes: [a, b]\noutputs: [x]\n")
     (problem,) = error.problems
