@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._contracts import Contract, TensorType, dtype_satisfies, format_shape, is_unknown, unknown_dim
-from ._dims import Poly, format_dim, free_symbols
+from ._dims import format_dim, free_symbols
 from ._errors import Problem, ProblemList
 from ._graph import Graph, Node, split_ref
 from ._registry import REQUIRED, InferError, OpDef, Params, registry
+from .naming import suggestion
 
 __all__ = ["CheckedGraph", "CheckedNode", "Step", "check", "flatten"]
 
@@ -247,13 +248,12 @@ class _Checker:
             return None
         opdef = registry.find(node.op)
         if opdef is None:
-            suggestion = registry.suggest(node.op)
             self.problems.add(
                 "E_OP",
                 f"unknown op {node.op!r}",
                 node=prefix + node.name,
                 location=node.where("op"),
-                hint=f"did you mean {suggestion!r}?" if suggestion else "see `python -m hndl.docs` for the ops",
+                hint=suggestion(node.op, registry.names()) or "see `python -m hndl.docs` for the ops",
             )
         return opdef
 
@@ -265,17 +265,8 @@ class _Checker:
         for key in node.params:
             if key not in known:
                 ok = False
-                import difflib
-
-                close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
-                hint = (
-                    f"did you mean {close[0]!r}?"
-                    if close
-                    else (
-                        f"{opdef.name} takes: {', '.join(sorted(known))}"
-                        if known
-                        else f"{opdef.name} takes no parameters"
-                    )
+                hint = suggestion(key, sorted(known)) or (
+                    f"{opdef.name} takes: {', '.join(sorted(known))}" if known else f"{opdef.name} takes no parameters"
                 )
                 self.problems.add(
                     "E_PARAM",
@@ -384,9 +375,6 @@ class _Checker:
                 )
                 return None
             return outs[index]
-        import difflib
-
-        close = difflib.get_close_matches(name, [*ids, *g.nodes], n=1, cutoff=0.6)
         subject = "refers" if qual else "outputs refer"
         self.problems.add(
             "E_REF",
@@ -394,7 +382,7 @@ class _Checker:
             node=qual,
             op=op,
             location=where,
-            hint=f"did you mean {close[0]!r}?" if close else None,
+            hint=suggestion(name, [*ids, *g.nodes]),
         )
         return None
 
@@ -573,14 +561,11 @@ class _Checker:
         name = params["graph"]
         sub = self.library.get(name)
         if sub is None:
-            import difflib
-
-            close = difflib.get_close_matches(name, list(self.library), n=1, cutoff=0.6)
             problem(
                 "E_REF",
                 f"unknown graph {name!r}",
                 location=node.where("graph"),
-                hint=f"did you mean {close[0]!r}?" if close else "define it under 'graphs:'",
+                hint=suggestion(name, self.library) or "define it under 'graphs:'",
             )
             return None
         if name in self.active:
@@ -697,7 +682,3 @@ def _dtype_hint(port: Any) -> str | None:
     if port.dtype in ("int", "int64"):
         return "declare the input's dtype, e.g. dtype: int64"
     return None
-
-
-def is_symbolic(d: Any) -> bool:
-    return isinstance(d, Poly)

@@ -44,11 +44,11 @@ def describe_node(op: str | None, node: str | None) -> str:
     return f"{op} '{node}'" if op else f"node '{node}'"
 
 
-def _show(value: Any) -> str:
+def _format_value(value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, (tuple, list)):
-        return "[" + ", ".join(_show(v) for v in value) + "]"
+        return "[" + ", ".join(_format_value(v) for v in value) + "]"
     return str(value)
 
 
@@ -90,10 +90,10 @@ class Problem:
     def __str__(self) -> str:
         lines = [self.headline()]
         if self.expected is not None or self.actual is not None:
-            lines.append(f"    expected: {_show(self.expected)}")
-            lines.append(f"    actual:   {_show(self.actual)}")
+            lines.append(f"    expected: {_format_value(self.expected)}")
+            lines.append(f"    actual:   {_format_value(self.actual)}")
         if self.bindings:
-            bound = " ".join(f"{k}={_show(v)}" for k, v in sorted(self.bindings.items()))
+            bound = " ".join(f"{k}={_format_value(v)}" for k, v in sorted(self.bindings.items()))
             lines.append(f"    bound:    {bound}")
         if self.hint:
             lines.append(f"    hint:     {self.hint}")
@@ -143,11 +143,6 @@ class HndlError(Exception):
         self.title = state.get("title") if state is not None else None
 
 
-def error(code: str, message: str, **fields: Any) -> HndlError:
-    """Shorthand for a one-problem :class:`HndlError`."""
-    return HndlError(Problem(code, message, **fields))
-
-
 @dataclass
 class ProblemList:
     """An accumulator that checks append to; raises once at the boundary."""
@@ -161,9 +156,6 @@ class ProblemList:
 
     def append_problem(self, problem: Problem) -> None:
         self.problems.append(problem)
-
-    def extend(self, problems: Sequence[Problem]) -> None:
-        self.problems.extend(problems)
 
     def __bool__(self) -> bool:
         return bool(self.problems)

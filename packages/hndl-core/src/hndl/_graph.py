@@ -209,7 +209,7 @@ class Graph:
         if opdef is None:
             return None
         try:
-            return opdef.output_count(n.params, self)
+            return opdef.output_count(n.params)
         except Exception:  # unvalidated params: the checker will report them
             return None
 

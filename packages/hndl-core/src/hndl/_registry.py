@@ -22,7 +22,6 @@ it is asked for an op it does not know, or for the list of all ops.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -305,7 +304,7 @@ class OpDef:
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
 
-    def output_count(self, params: Mapping[str, Any], graph: Any = None) -> int:
+    def output_count(self, params: Mapping[str, Any]) -> int:
         if self.count_outputs is not None:
             return int(self.count_outputs(params))
         return len(self.outputs)
@@ -353,11 +352,6 @@ class Registry:
             self.load_plugins()
             opdef = self._ops.get(name)
         return opdef
-
-    def suggest(self, name: str) -> str | None:
-        """The closest registered op name, for a did-you-mean."""
-        close = difflib.get_close_matches(name, list(self.names()), n=1, cutoff=0.6)
-        return close[0] if close else None
 
     def names(self) -> list[str]:
         if not self._plugins_loaded:

@@ -12,7 +12,7 @@ from typing import Any
 from .._contracts import TensorType
 from .._dims import format_dim
 from .._registry import InferError, Param, Params, Port, op
-from ._common import check_window_padding, fixed, pair, window_out
+from ._common import check_window_padding, pair, shape_of_rank, window_out
 
 _OUT_EXPR = "({x}+2*padding{s}-dilation{s}*(kernel{s}-1)-1)//stride{s}+1"
 
@@ -52,7 +52,7 @@ def _check_groups(p: Params) -> None:
 
 def _conv1d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     _check_groups(p)
-    shape = fixed(inputs[0], 3)
+    shape = shape_of_rank(inputs[0], 3)
     if shape is None:
         return [TensorType(None, inputs[0].dtype)]
     n, _, length = shape
@@ -114,7 +114,7 @@ def _derive_conv2d(p: Params) -> Mapping[str, Any]:
 
 def _conv2d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     _check_groups(p)
-    shape = fixed(inputs[0], 4)
+    shape = shape_of_rank(inputs[0], 4)
     if shape is None:
         return [TensorType(None, inputs[0].dtype)]
     n, _, h, w = shape
@@ -164,7 +164,7 @@ def conv2d(p: Params, inputs: Sequence[TensorType]) -> Any:
 
 
 def _pool_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
-    shape = fixed(inputs[0], 4)
+    shape = shape_of_rank(inputs[0], 4)
     if shape is None:
         return [TensorType(None, inputs[0].dtype)]
     n, c, h, w = shape
@@ -268,7 +268,7 @@ def _derive_adaptive(p: Params) -> Mapping[str, Any]:
 
 
 def _adaptive_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
-    shape = fixed(inputs[0], 4)
+    shape = shape_of_rank(inputs[0], 4)
     if shape is None:
         return [TensorType(None, inputs[0].dtype)]
     n, c, h, w = shape
