@@ -252,3 +252,17 @@ def test_long_chains_check_without_recursion_limits():
     g.output(h)
     checked = hndl.check(g)
     assert len(checked.nodes) == 5000
+
+
+def test_regression_every_module_node_shared_one_kwargs_dict():
+    """The 'module' op's default kwargs ({}) was handed to every node as the same dict: a change to one node's
+    kwargs changed every other node's, and the op's declared default."""
+    g = hndl.Graph()
+    x = g.input("x", ("B", 4))
+    a = g.add("module", x, name="a", target="torch.nn:Identity")
+    g.output(g.add("module", a, name="b", target="torch.nn:Identity"))
+    first, second = hndl.check(g).nodes
+    first.params["kwargs"]["inplace"] = True
+    assert second.params["kwargs"] == {}
+    assert hndl.registry.find("module").param("kwargs").default == {}
+    assert hndl.check(g).nodes[0].params["kwargs"] == {}
