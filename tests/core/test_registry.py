@@ -157,3 +157,29 @@ def test_regression_params_deepcopy_recursed_forever():
     assert pickle.loads(pickle.dumps(p)) == p
     with pytest.raises(AttributeError, match="no parameter 'missing'"):
         p.missing  # noqa: B018
+
+
+def test_a_user_op_that_imports_code_is_refused_in_specs_loaded_without_allow_imports():
+    @hndl.op("test_runs_code", imports_code=True)
+    def build(p, inputs):
+        """Would import something."""
+        return torch.nn.Identity()
+
+    spec = "hndl: 1\nname: s\ninputs:\n  x: {shape: [B, 4]}\nnodes:\n  n: {op: test_runs_code, in: x}\noutputs: [n]\n"
+    try:
+        with pytest.raises(hndl.HndlError) as info:
+            hndl.check(hndl.load(spec))
+        (p,) = info.value.problems
+        assert (p.code, p.node) == ("E_PARAM", "n")
+        assert (
+            p.message == "importing code for op 'test_runs_code' is refused: this spec was loaded without allow_imports"
+        )
+        assert hndl.check(hndl.load(spec, allow_imports=True)).nodes[0].op == "test_runs_code"
+    finally:
+        hndl.registry.unregister("test_runs_code")
+
+
+def test_an_op_that_runs_a_subgraph_must_declare_graph_and_repeat():
+    with pytest.raises(ValueError, match="must declare parameters 'graph' and 'repeat'"):
+        hndl.op("test_subgraph_op", runs_subgraph=True, params=[hndl.Param("graph", "graph")])(lambda p, i: None)
+    assert hndl.registry.find("test_subgraph_op") is None

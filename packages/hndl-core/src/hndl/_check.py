@@ -158,7 +158,7 @@ class _Checker:
             opdef = resolve_op(node, qual, self.problems)
             params = None
             if opdef is not None:
-                params = validate_params(node, opdef, qual, self.problems, allow_imports=self.root.allow_imports)
+                params = validate_params(node, opdef, qual, self.problems, allow_imports=g.allow_imports)
             in_ids = [resolve_ref(g, node, ref, ids, ports, prefix, self.problems) for ref in node.inputs]
             count = output_count(opdef, params, self.library)
             out_ids = [qual] if count == 1 else [f"{qual}.{i}" for i in range(count)]
@@ -234,7 +234,7 @@ class _Checker:
             out_types=[],
             location=node.location,
         )
-        if opdef.name == "graph":
+        if opdef.runs_subgraph:
             return self._check_subgraph(node, checked, ports, report)
         inferred = infer_node(opdef, params, node.params.keys(), ports, report)
         if inferred is None:
@@ -248,7 +248,8 @@ class _Checker:
     def _check_subgraph(
         self, node: Node, checked: CheckedNode, ports: BoundPorts, report: Report
     ) -> CheckedNode | None:
-        """A ``graph`` node: its subgraph checked once per repetition, each fed the previous one's outputs."""
+        """A node of an op that runs a subgraph (``graph``): the subgraph checked once per repetition, each
+        repetition fed the previous one's outputs."""
         name = checked.params["graph"]
         sub = self.library.get(name)
         if sub is None:

@@ -281,6 +281,11 @@ class OpDef:
         example: an example node for the docs, as a spec mapping without ``in``.
         count_outputs: ``count_outputs(params) -> int`` for ops whose output count depends on parameters.
         input_shape_example: an input shape for the docs example (spec form).
+        imports_code: nodes of this op import Python code by name (the ``target`` parameter, by convention):
+            the checker refuses them in a graph loaded without ``allow_imports``.
+        runs_subgraph: a node of this op runs the graph named by its ``graph`` parameter, ``repeat`` times
+            (both parameters must be declared): the checker checks that graph in place, once per repetition,
+            and the builder makes one ``ModuleDict`` per repetition instead of calling ``build``.
     """
 
     name: str
@@ -296,6 +301,8 @@ class OpDef:
     example: Mapping[str, Any] = field(default_factory=dict)
     count_outputs: Callable[[Mapping[str, Any]], int] | None = None
     input_shape_example: Sequence[Any] | None = None
+    imports_code: bool = False
+    runs_subgraph: bool = False
 
     @property
     def summary(self) -> str:
@@ -398,6 +405,8 @@ def _validate_opdef(opdef: OpDef) -> None:
     for param in opdef.params:
         if param.name in RESERVED_PARAM_NAMES:
             raise ValueError(f"op {opdef.name!r}: a parameter cannot be named {param.name!r} (a node key)")
+    if opdef.runs_subgraph and not {"graph", "repeat"} <= {p.name for p in opdef.params}:
+        raise ValueError(f"op {opdef.name!r} runs a subgraph, so it must declare parameters 'graph' and 'repeat'")
     names = [p.name for p in opdef.inputs]
     for port in opdef.inputs[:-1]:
         if port.variadic:
@@ -426,6 +435,8 @@ def op(
     count_outputs: Callable[[Mapping[str, Any]], int] | None = None,
     input_shape_example: Sequence[Any] | None = None,
     replace: bool = False,
+    imports_code: bool = False,
+    runs_subgraph: bool = False,
 ) -> Callable[[BuildFn], BuildFn]:
     """Register the decorated builder as op ``name``. See :class:`OpDef` for the arguments.
 
@@ -448,6 +459,8 @@ def op(
                 example=dict(example or {}),
                 count_outputs=count_outputs,
                 input_shape_example=input_shape_example,
+                imports_code=imports_code,
+                runs_subgraph=runs_subgraph,
             ),
             replace=replace,
         )

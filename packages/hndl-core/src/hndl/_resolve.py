@@ -135,10 +135,11 @@ def validate_params(
             values[p.name] = _own_copy(p.default)
     if not ok:
         return None
-    if opdef.name == "module" and not allow_imports:
+    if opdef.imports_code and not allow_imports:
+        what = repr(values["target"]) if "target" in values else f"code for op {opdef.name!r}"
         problems.add(
             "E_PARAM",
-            f"importing {values.get('target')!r} is refused: this spec was loaded without allow_imports",
+            f"importing {what} is refused: this spec was loaded without allow_imports",
             node=qualname,
             op=opdef.name,
             location=node.where("target"),
@@ -157,8 +158,8 @@ def output_count(opdef: OpDef | None, params: Params | None, library: Mapping[st
     """How many outputs a node has; 1 when its op or parameters are unknown (already reported)."""
     if opdef is None or params is None:
         return 1
-    if opdef.name == "graph":
-        sub = library.get(params.get("graph", ""))
+    if opdef.runs_subgraph:
+        sub = library.get(params["graph"])
         return max(len(sub.outputs), 1) if sub is not None else 1
     try:
         return opdef.output_count(params)
