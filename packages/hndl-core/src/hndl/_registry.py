@@ -23,6 +23,7 @@ it is asked for an op it does not know, or for the list of all ops.
 from __future__ import annotations
 
 import inspect
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -335,34 +336,41 @@ class OpDef:
 
 
 class Registry:
-    """Op name -> :class:`OpDef`. One instance, :data:`registry`, serves the whole process."""
+    """Op name -> :class:`OpDef`. One instance, :data:`registry`, serves the whole process.
+
+    Thread safe: registration and plugin loading hold one lock, and a lookup that triggers plugin loading
+    waits until every plugin has been loaded, so no thread sees a half-loaded registry.
+    """
 
     def __init__(self) -> None:
         self._ops: dict[str, OpDef] = {}
+        self._lock = threading.RLock()
         self._plugins_loaded = False
+        self._loading_plugins = False  # set while this registry's lock holder runs plugin code
         self.plugin_errors: list[str] = []
 
     def register(self, opdef: OpDef, *, replace: bool = False) -> OpDef:
         """Add ``opdef``. Registering a name twice is an error unless ``replace`` is true."""
         _validate_opdef(opdef)
-        if opdef.name in self._ops and not replace and self._ops[opdef.name] is not opdef:
-            raise ValueError(f"op {opdef.name!r} is already registered; pass replace=True to override it")
-        self._ops[opdef.name] = opdef
+        with self._lock:
+            if opdef.name in self._ops and not replace and self._ops[opdef.name] is not opdef:
+                raise ValueError(f"op {opdef.name!r} is already registered; pass replace=True to override it")
+            self._ops[opdef.name] = opdef
         return opdef
 
     def unregister(self, name: str) -> None:
-        self._ops.pop(name, None)
+        with self._lock:
+            self._ops.pop(name, None)
 
     def find(self, name: str) -> OpDef | None:
         opdef = self._ops.get(name)
         if opdef is None and not self._plugins_loaded:
-            self.load_plugins()
+            self._ensure_plugins()
             opdef = self._ops.get(name)
         return opdef
 
     def names(self) -> list[str]:
-        if not self._plugins_loaded:
-            self.load_plugins()
+        self._ensure_plugins()
         return sorted(self._ops)
 
     def __iter__(self) -> Iterator[OpDef]:
@@ -371,25 +379,56 @@ class Registry:
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self.find(name) is not None
 
+    def _ensure_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        with self._lock:
+            # Another thread may have finished loading while this one waited; plugin code that looks up an
+            # op while its own plugin loads (same thread, the lock is reentrant) sees the ops so far.
+            if not self._plugins_loaded and not self._loading_plugins:
+                self.load_plugins()
+
     def load_plugins(self) -> None:
-        """Import every ``hndl.ops`` entry point once. A broken plugin warns and is skipped."""
-        self._plugins_loaded = True
-        from importlib.metadata import entry_points
+        """Import every ``hndl.ops`` entry point. Lookups call this once, the first time they need it.
 
-        for ep in entry_points(group="hndl.ops"):
+        A plugin that raises warns, is recorded in :attr:`plugin_errors`, and registers none of its ops; the
+        others load. The registry counts as loaded only once every entry point has been tried, so an
+        exception that escapes (``KeyboardInterrupt``) leaves it unloaded and the next lookup tries again.
+        """
+        with self._lock:
+            self._loading_plugins = True
             try:
-                loaded = ep.load()
-                if callable(loaded) and not isinstance(loaded, OpDef):
-                    loaded = loaded()
-                for item in _opdefs(loaded):
-                    self.register(item, replace=True)
-            except Exception as exc:  # a plugin's bug must not break every other model
-                message = f"hndl: plugin {ep.name!r} ({ep.value}) failed to load: {exc!r}"
-                self.plugin_errors.append(message)
-                warnings.warn(message, RuntimeWarning, stacklevel=2)
+                for ep in _entry_points():
+                    self._load_plugin(ep)
+                self._plugins_loaded = True
+            finally:
+                self._loading_plugins = False
+
+    def _load_plugin(self, ep: Any) -> None:
+        try:
+            loaded = ep.load()
+            if callable(loaded) and not isinstance(loaded, OpDef):
+                loaded = loaded()
+            opdefs = _opdefs(loaded)
+            for item in opdefs:  # all of a plugin's ops are valid before any is registered
+                _validate_opdef(item)
+        except Exception as exc:  # a plugin's bug must not break every other model
+            message = f"hndl: plugin {ep.name!r} ({ep.value}) failed to load: {exc!r}"
+            self.plugin_errors.append(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+            return
+        for item in opdefs:
+            self.register(item, replace=True)
 
 
-def _opdefs(loaded: Any) -> Iterable[OpDef]:
+def _entry_points() -> Iterable[Any]:
+    """The installed ``hndl.ops`` entry points (a function, so tests can stand in for the installation)."""
+    from importlib.metadata import entry_points
+
+    return entry_points(group="hndl.ops")
+
+
+def _opdefs(loaded: Any) -> list[OpDef]:
     if isinstance(loaded, OpDef):
         return [loaded]
     if isinstance(loaded, (list, tuple)):
