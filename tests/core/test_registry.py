@@ -273,3 +273,29 @@ def test_a_plugin_that_looks_up_ops_while_it_loads_does_not_deadlock(monkeypatch
 
     monkeypatch.setattr(registry_module, "_entry_points", lambda: [_FakeEntryPoint("reentrant", load)])
     assert reg.find("reentrant_op") is not None
+
+
+def test_derive_names_let_an_op_without_infer_state_its_output_as_a_pattern():
+    """`derive` turns pair-valued parameters into names a pattern can use; without an `infer`, the checker
+    fills the output pattern with them."""
+
+    @hndl.op(
+        "test_stretch",
+        params=[hndl.Param("factor", "int_or_pair", min=1, doc="height and width factors")],
+        inputs=[hndl.Port("x", ["N", "C", "H", "W"])],
+        outputs=[hndl.Port("y", ["N", "C", "H*factor_h", "W*factor_w"], dtype="same:x")],
+        derive=lambda p: dict(
+            zip(("factor_h", "factor_w"), p.factor if isinstance(p.factor, tuple) else (p.factor,) * 2)
+        ),
+    )
+    def build(p, inputs):
+        """Nearest-neighbour stretch by an integer factor per spatial dim."""
+        return torch.nn.Upsample(scale_factor=p.factor)
+
+    try:
+        g = hndl.Graph()
+        g.output(g.add("test_stretch", g.input("x", ("B", 3, "H", 5)), name="s", factor=[2, 3]))
+        assert str(hndl.check(g).output_types[0]) == "[B, 3, 2*H, 15] float"
+        assert hndl.build(g)(torch.zeros(1, 3, 4, 5)).shape == (1, 3, 8, 15)
+    finally:
+        hndl.registry.unregister("test_stretch")

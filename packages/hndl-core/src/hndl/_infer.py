@@ -87,7 +87,7 @@ def infer_node(
     if filled is None:
         return None
     if opdef.infer is None:
-        out_types = _instantiate_outputs(opdef, ports, env)
+        out_types = _instantiate_outputs(opdef, filled, ports, env)
     else:
         try:
             out_types = list(opdef.infer(filled, [t for _, t in ports]))
@@ -129,7 +129,7 @@ def declared_output_types(opdef: OpDef, params: Params, in_types: Sequence[Tenso
             reason = port.pattern.match(t.shape, env)
             if reason:
                 raise ValueError(f"port {port.name!r}: {reason}")
-    return _instantiate_outputs(opdef, ports, env)
+    return _instantiate_outputs(opdef, params, ports, env)
 
 
 def _pattern_env(opdef: OpDef, params: Params, report: Report) -> dict[str, Any] | None:
@@ -179,10 +179,16 @@ def _fill_inferred(opdef: OpDef, params: Params, env: Mapping[str, Any], report:
     return Params(values)
 
 
-def _instantiate_outputs(opdef: OpDef, ports: BoundPorts, env: dict[str, Any]) -> list[TensorType]:
-    """The output ports' patterns under ``env``; a name nothing bound becomes an unknown dim."""
+def _instantiate_outputs(opdef: OpDef, params: Params, ports: BoundPorts, env: dict[str, Any]) -> list[TensorType]:
+    """The output ports' patterns under ``env``; a name nothing bound becomes an unknown dim.
+
+    An op whose output count follows from its parameters (``count_outputs``) gives each output beyond the
+    declared ports the last port's declaration (``split``'s one ``parts`` port stands for every part).
+    """
     out_types = []
-    for port in opdef.outputs:
+    declared = opdef.outputs or (Port("y", None, dtype="any"),)
+    for i in range(opdef.output_count(params)):
+        port = declared[min(i, len(declared) - 1)]
         dtype = _out_dtype(port.dtype, ports)
         pattern = port.pattern
         if pattern is None:

@@ -274,11 +274,15 @@ class OpDef:
         doc: the op's documentation (the builder's docstring); its first line is the summary.
         params, inputs, outputs: the schema and the ports with their contracts.
         infer: ``infer(params, input_types) -> output_types``, raising :class:`InferError`. When omitted,
-            the outputs' shape patterns are filled in from the symbols the inputs bound.
+            the outputs' shape patterns are filled in from the symbols the inputs bound. An op with ``infer``
+            may still declare output patterns, for the docs; they must agree with it (a test holds every
+            registered op to that), and a name in them that nothing binds is a dim only ``infer`` computes,
+            which ``inference`` must explain.
         derive: ``derive(params) -> dict`` of extra names the patterns may use (``kernel_h`` from
-            ``kernel_size``), computed after validation.
+            ``kernel_size``), computed after validation and before the inputs are matched.
         module: what the builder makes, for the docs (``"torch.nn.Linear"``).
-        inference: the inference rule in words, for the docs (defaults to a description of the patterns).
+        inference: for the docs, what the output patterns do not say (constraints, a rounding rule, the names a
+            pattern leaves to ``infer``); the docs show it after the declared output shapes.
         example: an example node for the docs, as a spec mapping without ``in``.
         count_outputs: ``count_outputs(params) -> int`` for ops whose output count depends on parameters.
         input_shape_example: an input shape for the docs example (spec form).
@@ -324,15 +328,23 @@ class OpDef:
         return [str(i) for i in range(count)]
 
     def describe_inference(self) -> str:
-        """The inference rule in words, for docs."""
-        if self.inference:
-            return self.inference
-        ins = ", ".join(f"{p.name} {ShapePattern.parse(p.shape)}" for p in self.inputs if p.shape is not None)
-        outs = ", ".join(
-            f"{p.name} {ShapePattern.parse(p.shape) if p.shape is not None else 'any'} ({p.dtype})"
+        """The inference rule in words, for docs: the declared output shapes, then :attr:`inference`.
+
+        An op states each fact once: what its ports' patterns say is not repeated in ``inference``, which
+        says what the patterns cannot (a constraint, a rounding rule, the names a pattern leaves to it).
+        """
+        outs = [
+            f"{p.name} {p.pattern if p.pattern is not None else 'any'} ({p.dtype})"
             for p in self.outputs
-        )
-        return f"binds symbols from {ins or 'its inputs'}; produces {outs}"
+            if p.pattern is not None
+        ]
+        if not outs:
+            return self.inference or "produces " + ", ".join(f"{p.name} any ({p.dtype})" for p in self.outputs)
+        declared = f"produces {', '.join(outs)}"
+        if self.inference:
+            return f"{declared}; {self.inference}"
+        ins = ", ".join(f"{p.name} {p.pattern}" for p in self.inputs if p.pattern is not None)
+        return f"binds symbols from {ins or 'its inputs'}; {declared}"
 
 
 class Registry:

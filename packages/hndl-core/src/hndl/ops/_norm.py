@@ -64,7 +64,7 @@ def _bn_build(cls_name: str, p: Params) -> Any:
     outputs=[Port("y", ["N", "num_features", "*rest"], dtype="same:x")],
     infer=_bn1d_infer,
     module="torch.nn.BatchNorm1d",
-    inference="output has the input's shape ([N, C] or [N, C, L]); num_features is C",
+    inference="the input has rank 2 ([N, C]) or 3 ([N, C, L])",
     example={"op": "batchnorm1d"},
     input_shape_example=["B", 64],
 )
@@ -127,7 +127,7 @@ _NORMALIZED_SHAPE = Param(
     inferred=True,
     doc="the trailing dims to normalise over (inferred: the input's last dim)",
 )
-_TRAILING_INFERENCE = "output has the input's shape and dtype; the input must end with normalized_shape"
+_TRAILING_INFERENCE = "the input must end with normalized_shape"
 
 
 @op(
@@ -212,7 +212,7 @@ def _groupnorm_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     outputs=[Port("y", ["N", "num_channels", "*rest"], dtype="same:x")],
     infer=_groupnorm_infer,
     module="torch.nn.GroupNorm",
-    inference="output has the input's shape and dtype; num_groups must divide the channels (dim 1)",
+    inference="num_groups must divide the channels (dim 1)",
     example={"op": "groupnorm", "num_groups": 32},
     input_shape_example=["B", 256, 16, 16],
 )
