@@ -1,15 +1,42 @@
 """The one exception type hndl raises, and the problems it carries.
 
 Checks inside hndl return :class:`Problem` objects (cheap, no formatting); the public boundary collects them
-and raises a single :class:`HndlError`. Every message has the same layout::
+and raises a single :class:`HndlError`. Every problem renders in the same layout, so users learn to read one
+shape of message, and tests can pin every line. A static check reports every problem of a graph, under a
+title line:
 
-    model.yaml:12:5: E_SHAPE linear 'hidden' port 'x': dim 1 does not match in_features
-        expected: 512
-        actual:   784
-        bound:    B=32
+    >>> import hndl
+    >>> g = hndl.Graph("mlp")
+    >>> x = g.input("x", ("B", 784))
+    >>> hidden = g.add("linear", x, name="hidden", out_features=512, in_features=512)
+    >>> g.output(g.add("linear", hidden, name="out", out_features=10))
+    >>> try:
+    ...     hndl.check(g)
+    ... except hndl.HndlError as e:
+    ...     print(e)
+    1 problem in graph 'mlp':
+    E_SHAPE linear 'hidden' port 'x': dim 1 is in_features, bound to 512, but got 784
+        expected: [*batch, in_features]
+        actual:   [B, 784]
         hint:     drop in_features: hndl infers it from the input
 
-so users learn to read one shape of message, and tests can pin every line.
+A graph loaded from a spec file starts each headline with the ``file:line:col`` of the entry at fault. A
+call-time problem adds the symbols bound so far, so a mismatch can be traced to the input that bound them:
+
+    >>> import torch
+    >>> g = hndl.Graph("pair")
+    >>> x, y = g.input("x", ("B", 784)), g.input("y", ("B", 10))
+    >>> g.output(g.add("add", g.add("linear", x, name="hidden", out_features=10), y, name="sum"))
+    >>> model = hndl.build(g)
+    >>> try:
+    ...     model(torch.randn(32, 784), torch.randn(16, 10))
+    ... except hndl.HndlError as e:
+    ...     print(e)
+    E_INPUT input 'y': dim 0 is B, bound to 32, but got 16
+        expected: [B, 10]
+        actual:   [16, 10]
+        bound:    B=32
+        hint:     B was bound by input 'x'
 """
 
 from __future__ import annotations
