@@ -201,7 +201,8 @@ class Graph:
     # -- queries ----------------------------------------------------------------------------------------
 
     def output_count(self, node: str) -> int | None:
-        """How many outputs ``node`` has, if its op can say so from its parameters alone."""
+        """How many outputs ``node`` has, if its op can say so from its parameters (or, for a node that runs a
+        subgraph, from that subgraph's outputs); ``None`` when that is only known once the graph is checked."""
         from ._registry import registry
 
         n = self.nodes.get(node)
