@@ -252,3 +252,63 @@ def test_long_chains_check_without_recursion_limits():
     g.output(h)
     checked = hndl.check(g)
     assert len(checked.nodes) == 5000
+
+
+def test_regression_every_module_node_shared_one_kwargs_dict():
+    """The 'module' op's default kwargs ({}) was handed to every node as the same dict: a change to one node's
+    kwargs changed every other node's, and the op's declared default."""
+    g = hndl.Graph()
+    x = g.input("x", ("B", 4))
+    a = g.add("module", x, name="a", target="torch.nn:Identity")
+    g.output(g.add("module", a, name="b", target="torch.nn:Identity"))
+    first, second = hndl.check(g).nodes
+    first.params["kwargs"]["inplace"] = True
+    assert second.params["kwargs"] == {}
+    assert hndl.registry.find("module").param("kwargs").default == {}
+    assert hndl.check(g).nodes[0].params["kwargs"] == {}
+
+
+EVIL_SPEC = """
+hndl: 1
+name: evil
+inputs:
+  x: {shape: [B, 4]}
+nodes:
+  run: {op: module, in: x, target: "subprocess:run", kwargs: {args: [touch, MARKER]}}
+outputs: [run]
+"""
+
+
+def test_regression_an_untrusted_spec_imported_code_as_a_subgraph_of_a_python_graph(tmp_path):
+    """The checker judged allow_imports by the root graph only: a spec loaded without it, used as a subgraph of
+    a (trusted) Python-built graph, built its 'module' node, and subprocess.run ran during hndl.build."""
+    marker = tmp_path / "ran"
+    evil = hndl.load(EVIL_SPEC.replace("MARKER", str(marker)))
+    g = hndl.Graph("outer")
+    g.output(g.add("graph", g.input("x", ("B", 4)), name="blk", graph=evil))
+    (p,) = problems(g)
+    assert (p.code, p.node, p.op) == ("E_PARAM", "blk.0.run", "module")
+    assert p.message == "importing 'subprocess:run' is refused: this spec was loaded without allow_imports"
+    with pytest.raises(hndl.HndlError, match="refused"):
+        hndl.build(g)
+    assert not marker.exists()
+
+
+def test_a_trusted_python_subgraph_may_import_inside_a_spec_loaded_without_allow_imports():
+    spec = hndl.load("hndl: 1\nname: outer\ninputs:\n  x: {shape: [B, 4]}\nnodes: {}\noutputs: [x]\n")
+    block = hndl.Graph("block")
+    block.output(block.add("module", block.input("h", ("B", 4)), name="act", target="torch.nn:Tanh"))
+    spec.outputs = [spec.add("graph", "x", name="blk", graph=block).ref]
+    spec.output_locations = [None]
+    checked = hndl.check(spec)
+    assert checked.nodes[0].body[0].nodes[0].op == "module"
+
+
+def test_a_two_output_subgraph_node_unpacks_into_two_handles():
+    b = hndl.Graph("pair")
+    h = b.input("h", ("B", 4))
+    b.output(b.add("relu", h), b.add("tanh", h))
+    g = hndl.Graph("outer")
+    first, second = g.add("graph", g.input("x", ("B", 4)), name="blk", graph=b)
+    g.output(first, second)
+    assert [str(t) for t in hndl.check(g).output_types] == ["[B, 4] float", "[B, 4] float"]

@@ -157,3 +157,145 @@ def test_regression_params_deepcopy_recursed_forever():
     assert pickle.loads(pickle.dumps(p)) == p
     with pytest.raises(AttributeError, match="no parameter 'missing'"):
         p.missing  # noqa: B018
+
+
+def test_a_user_op_that_imports_code_is_refused_in_specs_loaded_without_allow_imports():
+    @hndl.op("test_runs_code", imports_code=True)
+    def build(p, inputs):
+        """Would import something."""
+        return torch.nn.Identity()
+
+    spec = "hndl: 1\nname: s\ninputs:\n  x: {shape: [B, 4]}\nnodes:\n  n: {op: test_runs_code, in: x}\noutputs: [n]\n"
+    try:
+        with pytest.raises(hndl.HndlError) as info:
+            hndl.check(hndl.load(spec))
+        (p,) = info.value.problems
+        assert (p.code, p.node) == ("E_PARAM", "n")
+        assert (
+            p.message == "importing code for op 'test_runs_code' is refused: this spec was loaded without allow_imports"
+        )
+        assert hndl.check(hndl.load(spec, allow_imports=True)).nodes[0].op == "test_runs_code"
+    finally:
+        hndl.registry.unregister("test_runs_code")
+
+
+def test_an_op_that_runs_a_subgraph_must_declare_graph_and_repeat():
+    with pytest.raises(ValueError, match="must declare parameters 'graph' and 'repeat'"):
+        hndl.op("test_subgraph_op", runs_subgraph=True, params=[hndl.Param("graph", "graph")])(lambda p, i: None)
+    assert hndl.registry.find("test_subgraph_op") is None
+
+
+class _FakeEntryPoint:
+    """Stands in for an installed `hndl.ops` entry point; `load` runs the given function."""
+
+    def __init__(self, name, load):
+        self.name, self.value, self.load = name, f"{name}:register", load
+
+
+def _identity_op(name: str) -> hndl.OpDef:
+    return hndl.OpDef(name=name, build=lambda p, i: torch.nn.Identity(), inputs=(hndl.Port("x"),))
+
+
+def test_regression_threads_saw_no_plugin_ops_while_another_thread_was_loading_them(monkeypatch):
+    """load_plugins marked the registry loaded before importing the plugins, without a lock: a thread that
+    looked an op up while another was still importing a slow plugin was told the op does not exist."""
+    import threading
+    import time
+
+    import hndl._registry as registry_module
+
+    loads = []
+
+    def slow_load():
+        loads.append(threading.current_thread().name)
+        time.sleep(0.2)
+        return [_identity_op("slow_plugin_op")]
+
+    monkeypatch.setattr(registry_module, "_entry_points", lambda: [_FakeEntryPoint("slow", slow_load)])
+    reg = Registry()
+    start = threading.Barrier(8)
+    found = []
+
+    def look_up():
+        start.wait()
+        found.append(reg.find("slow_plugin_op"))
+
+    threads = [threading.Thread(target=look_up) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(found) == 8
+    assert all(opdef is not None and opdef.name == "slow_plugin_op" for opdef in found)
+    assert len(loads) == 1
+
+
+def test_an_interrupted_plugin_load_is_tried_again_by_the_next_lookup(monkeypatch):
+    import hndl._registry as registry_module
+
+    attempts = []
+
+    def load():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise KeyboardInterrupt
+        return _identity_op("retried_plugin_op")
+
+    monkeypatch.setattr(registry_module, "_entry_points", lambda: [_FakeEntryPoint("flaky", load)])
+    reg = Registry()
+    with pytest.raises(KeyboardInterrupt):
+        reg.find("retried_plugin_op")
+    assert reg.find("retried_plugin_op") is not None
+    assert len(attempts) == 2
+
+
+def test_a_plugin_with_one_invalid_op_registers_none_of_them(monkeypatch):
+    import hndl._registry as registry_module
+
+    bad = hndl.OpDef(name="half_bad", build=lambda p, i: None, params=(hndl.Param("name", "str"),))
+    entry = _FakeEntryPoint("half", lambda: [_identity_op("half_good"), bad])
+    monkeypatch.setattr(registry_module, "_entry_points", lambda: [entry])
+    reg = Registry()
+    with pytest.warns(RuntimeWarning, match="plugin 'half'"):
+        assert reg.find("half_good") is None
+    assert "cannot be named 'name'" in reg.plugin_errors[0]
+    assert reg.names() == []
+
+
+def test_a_plugin_that_looks_up_ops_while_it_loads_does_not_deadlock(monkeypatch):
+    import hndl._registry as registry_module
+
+    reg = Registry()
+
+    def load():
+        assert reg.find("not_yet_there") is None  # same thread, while loading: no second load, no deadlock
+        return _identity_op("reentrant_op")
+
+    monkeypatch.setattr(registry_module, "_entry_points", lambda: [_FakeEntryPoint("reentrant", load)])
+    assert reg.find("reentrant_op") is not None
+
+
+def test_derive_names_let_an_op_without_infer_state_its_output_as_a_pattern():
+    """`derive` turns pair-valued parameters into names a pattern can use; without an `infer`, the checker
+    fills the output pattern with them."""
+
+    @hndl.op(
+        "test_stretch",
+        params=[hndl.Param("factor", "int_or_pair", min=1, doc="height and width factors")],
+        inputs=[hndl.Port("x", ["N", "C", "H", "W"])],
+        outputs=[hndl.Port("y", ["N", "C", "H*factor_h", "W*factor_w"], dtype="same:x")],
+        derive=lambda p: dict(
+            zip(("factor_h", "factor_w"), p.factor if isinstance(p.factor, tuple) else (p.factor,) * 2)
+        ),
+    )
+    def build(p, inputs):
+        """Nearest-neighbour stretch by an integer factor per spatial dim."""
+        return torch.nn.Upsample(scale_factor=p.factor)
+
+    try:
+        g = hndl.Graph()
+        g.output(g.add("test_stretch", g.input("x", ("B", 3, "H", 5)), name="s", factor=[2, 3]))
+        assert str(hndl.check(g).output_types[0]) == "[B, 3, 2*H, 15] float"
+        assert hndl.build(g)(torch.zeros(1, 3, 4, 5)).shape == (1, 3, 8, 15)
+    finally:
+        hndl.registry.unregister("test_stretch")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._dims import Dim, DimError, Poly, format_dim, free_symbols, parse_dim, substitute
+from .naming import dtype_name
 
 __all__ = [
     "DTYPES",
@@ -65,7 +66,7 @@ def parse_dtype_rule(rule: Any, *, ports: Iterable[str] = ()) -> str:
     """
     if not isinstance(rule, str):
         raise ValueError(f"a dtype must be a string such as 'float32', not {type(rule).__name__} {rule!r}")
-    text = rule.removeprefix("torch.")
+    text = dtype_name(rule)
     if text in DTYPES or text in DTYPE_CATEGORIES:
         return text
     ports = tuple(ports)

@@ -1,15 +1,42 @@
 """The one exception type hndl raises, and the problems it carries.
 
 Checks inside hndl return :class:`Problem` objects (cheap, no formatting); the public boundary collects them
-and raises a single :class:`HndlError`. Every message has the same layout::
+and raises a single :class:`HndlError`. Every problem renders in the same layout, so users learn to read one
+shape of message, and tests can pin every line. A static check reports every problem of a graph, under a
+title line:
 
-    model.yaml:12:5: E_SHAPE linear 'hidden' port 'x': dim 1 does not match in_features
-        expected: 512
-        actual:   784
-        bound:    B=32
+    >>> import hndl
+    >>> g = hndl.Graph("mlp")
+    >>> x = g.input("x", ("B", 784))
+    >>> hidden = g.add("linear", x, name="hidden", out_features=512, in_features=512)
+    >>> g.output(g.add("linear", hidden, name="out", out_features=10))
+    >>> try:
+    ...     hndl.check(g)
+    ... except hndl.HndlError as e:
+    ...     print(e)
+    1 problem in graph 'mlp':
+    E_SHAPE linear 'hidden' port 'x': dim 1 is in_features, bound to 512, but got 784
+        expected: [*batch, in_features]
+        actual:   [B, 784]
         hint:     drop in_features: hndl infers it from the input
 
-so users learn to read one shape of message, and tests can pin every line.
+A graph loaded from a spec file starts each headline with the ``file:line:col`` of the entry at fault. A
+call-time problem adds the symbols bound so far, so a mismatch can be traced to the input that bound them:
+
+    >>> import torch
+    >>> g = hndl.Graph("pair")
+    >>> x, y = g.input("x", ("B", 784)), g.input("y", ("B", 10))
+    >>> g.output(g.add("add", g.add("linear", x, name="hidden", out_features=10), y, name="sum"))
+    >>> model = hndl.build(g)
+    >>> try:
+    ...     model(torch.randn(32, 784), torch.randn(16, 10))
+    ... except hndl.HndlError as e:
+    ...     print(e)
+    E_INPUT input 'y': dim 0 is B, bound to 32, but got 16
+        expected: [B, 10]
+        actual:   [16, 10]
+        bound:    B=32
+        hint:     B was bound by input 'x'
 """
 
 from __future__ import annotations
@@ -44,11 +71,11 @@ def describe_node(op: str | None, node: str | None) -> str:
     return f"{op} '{node}'" if op else f"node '{node}'"
 
 
-def _show(value: Any) -> str:
+def _format_value(value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, (tuple, list)):
-        return "[" + ", ".join(_show(v) for v in value) + "]"
+        return "[" + ", ".join(_format_value(v) for v in value) + "]"
     return str(value)
 
 
@@ -90,10 +117,10 @@ class Problem:
     def __str__(self) -> str:
         lines = [self.headline()]
         if self.expected is not None or self.actual is not None:
-            lines.append(f"    expected: {_show(self.expected)}")
-            lines.append(f"    actual:   {_show(self.actual)}")
+            lines.append(f"    expected: {_format_value(self.expected)}")
+            lines.append(f"    actual:   {_format_value(self.actual)}")
         if self.bindings:
-            bound = " ".join(f"{k}={_show(v)}" for k, v in sorted(self.bindings.items()))
+            bound = " ".join(f"{k}={_format_value(v)}" for k, v in sorted(self.bindings.items()))
             lines.append(f"    bound:    {bound}")
         if self.hint:
             lines.append(f"    hint:     {self.hint}")
@@ -143,11 +170,6 @@ class HndlError(Exception):
         self.title = state.get("title") if state is not None else None
 
 
-def error(code: str, message: str, **fields: Any) -> HndlError:
-    """Shorthand for a one-problem :class:`HndlError`."""
-    return HndlError(Problem(code, message, **fields))
-
-
 @dataclass
 class ProblemList:
     """An accumulator that checks append to; raises once at the boundary."""
@@ -161,9 +183,6 @@ class ProblemList:
 
     def append_problem(self, problem: Problem) -> None:
         self.problems.append(problem)
-
-    def extend(self, problems: Sequence[Problem]) -> None:
-        self.problems.extend(problems)
 
     def __bool__(self) -> bool:
         return bool(self.problems)

@@ -121,8 +121,10 @@ class Graph:
         self.graphs: dict[str, Graph] = {}
         #: Where the graph was loaded from (a file path or ``"<string>"``), or ``None`` for Python-built graphs.
         self.source: str | None = None
-        #: Whether ops that import Python classes by name may be built. Python-built graphs are trusted;
-        #: :func:`hndl.load` sets this from its ``allow_imports`` argument.
+        #: Whether this graph's own nodes may use ops that import Python code by name (``module``). Python-built
+        #: graphs are trusted; :func:`hndl.load` sets this from its ``allow_imports`` argument, on the graph
+        #: and on each graph of its ``graphs:`` section. The checker reads the flag of the graph each node
+        #: belongs to, so a graph loaded without it refuses to import even as a subgraph of a trusted one.
         self.allow_imports: bool = True
         self.location: str | None = None
         self._name_counters: dict[str, int] = {}
@@ -199,7 +201,8 @@ class Graph:
     # -- queries ----------------------------------------------------------------------------------------
 
     def output_count(self, node: str) -> int | None:
-        """How many outputs ``node`` has, if its op can say so from its parameters alone."""
+        """How many outputs ``node`` has, if its op can say so from its parameters (or, for a node that runs a
+        subgraph, from that subgraph's outputs); ``None`` when that is only known once the graph is checked."""
         from ._registry import registry
 
         n = self.nodes.get(node)
@@ -208,8 +211,12 @@ class Graph:
         opdef = registry.find(n.op)
         if opdef is None:
             return None
+        if opdef.runs_subgraph:
+            name = n.params.get("graph")
+            sub = self.graphs.get(name) if isinstance(name, str) else None
+            return len(sub.outputs) if sub is not None and sub.outputs else None
         try:
-            return opdef.output_count(n.params, self)
+            return opdef.output_count(n.params)
         except Exception:  # unvalidated params: the checker will report them
             return None
 

@@ -22,8 +22,8 @@ it is asked for an op it does not know, or for the list of all ops.
 
 from __future__ import annotations
 
-import difflib
 import inspect
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -254,14 +254,23 @@ class OpDef:
         doc: the op's documentation (the builder's docstring); its first line is the summary.
         params, inputs, outputs: the schema and the ports with their contracts.
         infer: ``infer(params, input_types) -> output_types``, raising :class:`InferError`. When omitted,
-            the outputs' shape patterns are filled in from the symbols the inputs bound.
+            the outputs' shape patterns are filled in from the symbols the inputs bound. An op with ``infer``
+            may still declare output patterns, for the docs; they must agree with it (a test holds every
+            registered op to that), and a name in them that nothing binds is a dim only ``infer`` computes,
+            which ``inference`` must explain.
         derive: ``derive(params) -> dict`` of extra names the patterns may use (``kernel_h`` from
-            ``kernel_size``), computed after validation.
+            ``kernel_size``), computed after validation and before the inputs are matched.
         module: what the builder makes, for the docs (``"torch.nn.Linear"``).
-        inference: the inference rule in words, for the docs (defaults to a description of the patterns).
+        inference: for the docs, what the output patterns do not say (constraints, a rounding rule, the names a
+            pattern leaves to ``infer``); the docs show it after the declared output shapes.
         example: an example node for the docs, as a spec mapping without ``in``.
         count_outputs: ``count_outputs(params) -> int`` for ops whose output count depends on parameters.
         input_shape_example: an input shape for the docs example (spec form).
+        imports_code: nodes of this op import Python code by name (the ``target`` parameter, by convention):
+            the checker refuses them in a graph loaded without ``allow_imports``.
+        runs_subgraph: a node of this op runs the graph named by its ``graph`` parameter, ``repeat`` times
+            (both parameters must be declared): the checker checks that graph in place, once per repetition,
+            and the builder makes one ``ModuleDict`` per repetition instead of calling ``build``.
     """
 
     name: str
@@ -277,6 +286,8 @@ class OpDef:
     example: Mapping[str, Any] = field(default_factory=dict)
     count_outputs: Callable[[Mapping[str, Any]], int] | None = None
     input_shape_example: Sequence[Any] | None = None
+    imports_code: bool = False
+    runs_subgraph: bool = False
 
     @property
     def summary(self) -> str:
@@ -285,7 +296,7 @@ class OpDef:
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
 
-    def output_count(self, params: Mapping[str, Any], graph: Any = None) -> int:
+    def output_count(self, params: Mapping[str, Any]) -> int:
         if self.count_outputs is not None:
             return int(self.count_outputs(params))
         return len(self.outputs)
@@ -297,51 +308,61 @@ class OpDef:
         return [str(i) for i in range(count)]
 
     def describe_inference(self) -> str:
-        """The inference rule in words, for docs."""
-        if self.inference:
-            return self.inference
-        ins = ", ".join(f"{p.name} {ShapePattern.parse(p.shape)}" for p in self.inputs if p.shape is not None)
-        outs = ", ".join(
-            f"{p.name} {ShapePattern.parse(p.shape) if p.shape is not None else 'any'} ({p.dtype})"
+        """The inference rule in words, for docs: the declared output shapes, then :attr:`inference`.
+
+        An op states each fact once: what its ports' patterns say is not repeated in ``inference``, which
+        says what the patterns cannot (a constraint, a rounding rule, the names a pattern leaves to it).
+        """
+        outs = [
+            f"{p.name} {p.pattern if p.pattern is not None else 'any'} ({p.dtype})"
             for p in self.outputs
-        )
-        return f"binds symbols from {ins or 'its inputs'}; produces {outs}"
+            if p.pattern is not None
+        ]
+        if not outs:
+            return self.inference or "produces " + ", ".join(f"{p.name} any ({p.dtype})" for p in self.outputs)
+        declared = f"produces {', '.join(outs)}"
+        if self.inference:
+            return f"{declared}; {self.inference}"
+        ins = ", ".join(f"{p.name} {p.pattern}" for p in self.inputs if p.pattern is not None)
+        return f"binds symbols from {ins or 'its inputs'}; {declared}"
 
 
 class Registry:
-    """Op name -> :class:`OpDef`. One instance, :data:`registry`, serves the whole process."""
+    """Op name -> :class:`OpDef`. One instance, :data:`registry`, serves the whole process.
+
+    Thread safe: registration and plugin loading hold one lock, and a lookup that triggers plugin loading
+    waits until every plugin has been loaded, so no thread sees a half-loaded registry.
+    """
 
     def __init__(self) -> None:
         self._ops: dict[str, OpDef] = {}
+        self._lock = threading.RLock()
         self._plugins_loaded = False
+        self._loading_plugins = False  # set while this registry's lock holder runs plugin code
         self.plugin_errors: list[str] = []
 
     def register(self, opdef: OpDef, *, replace: bool = False) -> OpDef:
         """Add ``opdef``. Registering a name twice is an error unless ``replace`` is true."""
         _validate_opdef(opdef)
-        if opdef.name in self._ops and not replace and self._ops[opdef.name] is not opdef:
-            raise ValueError(f"op {opdef.name!r} is already registered; pass replace=True to override it")
-        self._ops[opdef.name] = opdef
+        with self._lock:
+            if opdef.name in self._ops and not replace and self._ops[opdef.name] is not opdef:
+                raise ValueError(f"op {opdef.name!r} is already registered; pass replace=True to override it")
+            self._ops[opdef.name] = opdef
         return opdef
 
     def unregister(self, name: str) -> None:
-        self._ops.pop(name, None)
+        with self._lock:
+            self._ops.pop(name, None)
 
     def find(self, name: str) -> OpDef | None:
         opdef = self._ops.get(name)
         if opdef is None and not self._plugins_loaded:
-            self.load_plugins()
+            self._ensure_plugins()
             opdef = self._ops.get(name)
         return opdef
 
-    def suggest(self, name: str) -> str | None:
-        """The closest registered op name, for a did-you-mean."""
-        close = difflib.get_close_matches(name, list(self.names()), n=1, cutoff=0.6)
-        return close[0] if close else None
-
     def names(self) -> list[str]:
-        if not self._plugins_loaded:
-            self.load_plugins()
+        self._ensure_plugins()
         return sorted(self._ops)
 
     def __iter__(self) -> Iterator[OpDef]:
@@ -350,25 +371,56 @@ class Registry:
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self.find(name) is not None
 
+    def _ensure_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        with self._lock:
+            # Another thread may have finished loading while this one waited; plugin code that looks up an
+            # op while its own plugin loads (same thread, the lock is reentrant) sees the ops so far.
+            if not self._plugins_loaded and not self._loading_plugins:
+                self.load_plugins()
+
     def load_plugins(self) -> None:
-        """Import every ``hndl.ops`` entry point once. A broken plugin warns and is skipped."""
-        self._plugins_loaded = True
-        from importlib.metadata import entry_points
+        """Import every ``hndl.ops`` entry point. Lookups call this once, the first time they need it.
 
-        for ep in entry_points(group="hndl.ops"):
+        A plugin that raises warns, is recorded in :attr:`plugin_errors`, and registers none of its ops; the
+        others load. The registry counts as loaded only once every entry point has been tried, so an
+        exception that escapes (``KeyboardInterrupt``) leaves it unloaded and the next lookup tries again.
+        """
+        with self._lock:
+            self._loading_plugins = True
             try:
-                loaded = ep.load()
-                if callable(loaded) and not isinstance(loaded, OpDef):
-                    loaded = loaded()
-                for item in _opdefs(loaded):
-                    self.register(item, replace=True)
-            except Exception as exc:  # a plugin's bug must not break every other model
-                message = f"hndl: plugin {ep.name!r} ({ep.value}) failed to load: {exc!r}"
-                self.plugin_errors.append(message)
-                warnings.warn(message, RuntimeWarning, stacklevel=2)
+                for ep in _entry_points():
+                    self._load_plugin(ep)
+                self._plugins_loaded = True
+            finally:
+                self._loading_plugins = False
+
+    def _load_plugin(self, ep: Any) -> None:
+        try:
+            loaded = ep.load()
+            if callable(loaded) and not isinstance(loaded, OpDef):
+                loaded = loaded()
+            opdefs = _opdefs(loaded)
+            for item in opdefs:  # all of a plugin's ops are valid before any is registered
+                _validate_opdef(item)
+        except Exception as exc:  # a plugin's bug must not break every other model
+            message = f"hndl: plugin {ep.name!r} ({ep.value}) failed to load: {exc!r}"
+            self.plugin_errors.append(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+            return
+        for item in opdefs:
+            self.register(item, replace=True)
 
 
-def _opdefs(loaded: Any) -> Iterable[OpDef]:
+def _entry_points() -> Iterable[Any]:
+    """The installed ``hndl.ops`` entry points (a function, so tests can stand in for the installation)."""
+    from importlib.metadata import entry_points
+
+    return entry_points(group="hndl.ops")
+
+
+def _opdefs(loaded: Any) -> list[OpDef]:
     if isinstance(loaded, OpDef):
         return [loaded]
     if isinstance(loaded, (list, tuple)):
@@ -384,6 +436,8 @@ def _validate_opdef(opdef: OpDef) -> None:
     for param in opdef.params:
         if param.name in RESERVED_PARAM_NAMES:
             raise ValueError(f"op {opdef.name!r}: a parameter cannot be named {param.name!r} (a node key)")
+    if opdef.runs_subgraph and not {"graph", "repeat"} <= {p.name for p in opdef.params}:
+        raise ValueError(f"op {opdef.name!r} runs a subgraph, so it must declare parameters 'graph' and 'repeat'")
     names = [p.name for p in opdef.inputs]
     for port in opdef.inputs[:-1]:
         if port.variadic:
@@ -412,6 +466,8 @@ def op(
     count_outputs: Callable[[Mapping[str, Any]], int] | None = None,
     input_shape_example: Sequence[Any] | None = None,
     replace: bool = False,
+    imports_code: bool = False,
+    runs_subgraph: bool = False,
 ) -> Callable[[BuildFn], BuildFn]:
     """Register the decorated builder as op ``name``. See :class:`OpDef` for the arguments.
 
@@ -434,6 +490,8 @@ def op(
                 example=dict(example or {}),
                 count_outputs=count_outputs,
                 input_shape_example=input_shape_example,
+                imports_code=imports_code,
+                runs_subgraph=runs_subgraph,
             ),
             replace=replace,
         )

@@ -85,7 +85,7 @@ _DIM = Param("dim", "int", default=-1, doc="the dim to normalise over (negative 
     outputs=_SAME_OUT,
     infer=_along_dim_infer,
     module="torch.nn.Softmax",
-    inference="output has the input's shape and dtype; dim must be within the input's rank",
+    inference="dim must be within the input's rank",
     example={"op": "softmax", "dim": -1},
 )
 def softmax(p: Params, inputs: Sequence[TensorType]) -> Any:
@@ -102,7 +102,7 @@ def softmax(p: Params, inputs: Sequence[TensorType]) -> Any:
     outputs=_SAME_OUT,
     infer=_along_dim_infer,
     module="torch.nn.LogSoftmax",
-    inference="output has the input's shape and dtype; dim must be within the input's rank",
+    inference="dim must be within the input's rank",
     example={"op": "log_softmax", "dim": -1},
 )
 def log_softmax(p: Params, inputs: Sequence[TensorType]) -> Any:

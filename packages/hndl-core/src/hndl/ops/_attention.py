@@ -38,7 +38,7 @@ def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     outputs=[Port("y", ["B", "T", "embed_dim"], dtype="same:x")],
     infer=_attention_infer,
     module="hndl.torch.layers.SelfAttention",
-    inference="[B, T, D] -> [B, T, D]; num_heads must divide D",
+    inference="num_heads must divide embed_dim",
     example={"op": "attention", "num_heads": 12, "causal": True},
     input_shape_example=["B", "T", 768],
 )

@@ -22,11 +22,7 @@ def open_at(shape: Shape) -> int | None:
     return next((i for i, d in enumerate(shape) if isinstance(d, Variadic)), None)
 
 
-def show(shape: Shape | None) -> str:
-    return format_shape(shape)
-
-
-def fixed(t: TensorType, rank: int) -> Shape | None:
+def shape_of_rank(t: TensorType, rank: int) -> Shape | None:
     """``t``'s shape when it is known to have ``rank`` dims (the port's pattern checked that), else ``None``."""
     if t.shape is None or open_at(t.shape) is not None or len(t.shape) != rank:
         return None
@@ -123,11 +119,11 @@ def broadcast_shapes(a: Shape | None, b: Shape | None, names: tuple[str, str] = 
         d = broadcast_dim(da, db)
         if d is None:
             raise InferError(
-                f"'{names[0]}' {show(a)} and '{names[1]}' {show(b)} do not broadcast: dim {-i} is "
+                f"'{names[0]}' {format_shape(a)} and '{names[1]}' {format_shape(b)} do not broadcast: dim {-i} is "
                 f"{format_dim(da)} in '{names[0]}' and {format_dim(db)} in '{names[1]}'",
                 port=names[1],
-                expected=f"dim {-i} equal to {format_dim(da)}, or 1 (broadcast with '{names[0]}' {show(a)})",
-                actual=show(b),
+                expected=f"dim {-i} equal to {format_dim(da)}, or 1 (broadcast with '{names[0]}' {format_shape(a)})",
+                actual=format_shape(b),
                 hint="broadcasting dims must be equal, or one of them 1",
             )
         out.append(d)
@@ -251,15 +247,10 @@ def check_window_padding(kernel: tuple[int, ...], padding: tuple[int, ...]) -> N
             )
 
 
-def same_shape(t: TensorType, dtype: str | None = None) -> TensorType:
-    return TensorType(t.shape, t.dtype if dtype is None else dtype)
-
-
 __all__ = [
     "broadcast_dim",
     "broadcast_shapes",
     "check_window_padding",
-    "fixed",
     "norm_dim",
     "open_at",
     "open_index",
@@ -267,7 +258,6 @@ __all__ = [
     "product",
     "promote",
     "provably_different",
-    "same_shape",
-    "show",
+    "shape_of_rank",
     "window_out",
 ]

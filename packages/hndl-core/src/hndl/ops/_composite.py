@@ -17,7 +17,8 @@ def _build_graph(p: Params, inputs: Sequence[TensorType]) -> Any:
     Inside, nodes are named ``<node>.<repetition>.<inner node>`` (``blocks.2.attn``) in messages, and their
     modules live under ``nodes.n_<node>.<repetition>.n_<inner node>``.
     """
-    # Graph nodes are expanded by the GraphModule builder (torch/_build.py), never built through this function.
+    # The op declares runs_subgraph: the GraphModule builder (torch/_build.py) expands its nodes from the
+    # checked subgraphs and never calls this function.
     raise AssertionError("graph nodes are built by the GraphModule builder, not by an op builder")
 
 
@@ -43,6 +44,7 @@ op(
     ),
     example={"op": "graph", "graph": "block", "repeat": 4},
     input_shape_example=["B", "T", 64],
+    runs_subgraph=True,
 )(_build_graph)
 
 
@@ -84,4 +86,5 @@ op(
     module="whatever 'target' names",
     inference="output shape is the input's, or the declared 'shape'; dtype is the input's",
     example={"op": "module", "target": "torch.nn:Tanhshrink"},
+    imports_code=True,
 )(_build_module)

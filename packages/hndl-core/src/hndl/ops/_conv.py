@@ -12,7 +12,7 @@ from typing import Any
 from .._contracts import TensorType
 from .._dims import format_dim
 from .._registry import InferError, Param, Params, Port, op
-from ._common import check_window_padding, fixed, pair, window_out
+from ._common import check_window_padding, pair, shape_of_rank, window_out
 
 _OUT_EXPR = "({x}+2*padding{s}-dilation{s}*(kernel{s}-1)-1)//stride{s}+1"
 
@@ -52,7 +52,7 @@ def _check_groups(p: Params) -> None:
 
 def _conv1d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     _check_groups(p)
-    shape = fixed(inputs[0], 3)
+    shape = shape_of_rank(inputs[0], 3)
     if shape is None:
         return [TensorType(None, inputs[0].dtype)]
     n, _, length = shape
@@ -67,10 +67,7 @@ def _conv1d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     outputs=[Port("y", ["N", "out_channels", "(L+2*padding-dilation*(kernel_size-1)-1)//stride+1"], dtype="same:x")],
     infer=_conv1d_infer,
     module="torch.nn.Conv1d",
-    inference=(
-        "[N, in_channels, L] -> [N, out_channels, (L+2*padding-dilation*(kernel_size-1)-1)//stride+1]; "
-        "groups must divide both channel counts"
-    ),
+    inference="groups must divide both channel counts",
     example={"op": "conv1d", "out_channels": 32, "kernel_size": 3, "padding": 1},
     input_shape_example=["B", 16, 100],
 )
@@ -93,28 +90,26 @@ def conv1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     )
 
 
-def _hw(p: Params, names: Sequence[str]) -> dict[str, Any]:
-    """``kernel_h``/``kernel_w`` ... from the pair-valued parameters, for the output patterns."""
+def _derive_conv2d(p: Params) -> Mapping[str, Any]:
+    """``kernel_h``, ``kernel_w``, ``stride_h``, ...: the entries of the pair-valued parameters, which the
+    output pattern uses."""
     out: dict[str, Any] = {}
-    for name in names:
-        value = p.get(name)
-        if value is None:
-            value = p.kernel_size  # a pool's stride defaults to its kernel size
-        out[f"{_SHORT.get(name, name)}_h"], out[f"{_SHORT.get(name, name)}_w"] = pair(value)
+    for param, short in (
+        ("kernel_size", "kernel"),
+        ("stride", "stride"),
+        ("padding", "padding"),
+        ("dilation", "dilation"),
+    ):
+        out[f"{short}_h"], out[f"{short}_w"] = pair(p[param])
     return out
 
 
-_SHORT = {"kernel_size": "kernel"}
 _HW_OUT = [_OUT_EXPR.format(x="H", s="_h"), _OUT_EXPR.format(x="W", s="_w")]
-
-
-def _derive_conv2d(p: Params) -> Mapping[str, Any]:
-    return _hw(p, ("kernel_size", "stride", "padding", "dilation"))
 
 
 def _conv2d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     _check_groups(p)
-    shape = fixed(inputs[0], 4)
+    shape = shape_of_rank(inputs[0], 4)
     if shape is None:
         return [TensorType(None, inputs[0].dtype)]
     n, _, h, w = shape
@@ -133,8 +128,7 @@ def _conv2d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     derive=_derive_conv2d,
     module="torch.nn.Conv2d",
     inference=(
-        "[N, in_channels, H, W] -> [N, out_channels, H_out, W_out] with "
-        "H_out = (H+2*padding_h-dilation_h*(kernel_h-1)-1)//stride_h+1 (W likewise); "
+        "kernel_h and kernel_w are kernel_size's entries, and so on for stride, padding and dilation; "
         "groups must divide both channel counts"
     ),
     example={"op": "conv2d", "out_channels": 64, "kernel_size": 3, "padding": 1},
@@ -164,7 +158,7 @@ def conv2d(p: Params, inputs: Sequence[TensorType]) -> Any:
 
 
 def _pool_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
-    shape = fixed(inputs[0], 4)
+    shape = shape_of_rank(inputs[0], 4)
     if shape is None:
         return [TensorType(None, inputs[0].dtype)]
     n, c, h, w = shape
@@ -181,10 +175,6 @@ def _pool_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     return [TensorType((n, c, oh, ow), inputs[0].dtype)]
 
 
-def _derive_maxpool(p: Params) -> Mapping[str, Any]:
-    return _hw(p, ("kernel_size", "stride", "padding", "dilation"))
-
-
 _POOL_COMMON = [
     Param("kernel_size", "int_or_pair", min=1, doc="size of the pooling window"),
     Param(
@@ -194,9 +184,13 @@ _POOL_COMMON = [
 ]
 _CEIL = Param("ceil_mode", "bool", default=False, doc="round the output size up instead of down")
 _POOL_IN = [Port("x", ["N", "C", "H", "W"], doc="batch, channels, height, width")]
+# No pattern can say how ceil_mode rounds (torch drops a last window that would start in the right padding),
+# so the output dims are names the inference text explains.
+_POOL_OUT = [Port("y", ["N", "C", "H_out", "W_out"], dtype="same:x")]
 _POOL_INFERENCE = (
-    "[N, C, H, W] -> [N, C, H_out, W_out] with torch's window formula "
-    "(H_out = (H+2*padding_h-dilation_h*(kernel_h-1)-1)//stride_h+1, rounded up in ceil_mode)"
+    "H_out = ({window})//stride_h+1 and W_out likewise: torch's window formula, with kernel_h, stride_h, "
+    "padding_h{dilation} the first entries of the pair-valued parameters and stride defaulting to kernel_size; "
+    "rounded up in ceil_mode, where a last window that would start in the right padding is dropped"
 )
 
 
@@ -208,11 +202,10 @@ _POOL_INFERENCE = (
         _CEIL,
     ],
     inputs=_POOL_IN,
-    outputs=[Port("y", ["N", "C", *_HW_OUT], dtype="same:x")],
+    outputs=_POOL_OUT,
     infer=_pool_infer,
-    derive=_derive_maxpool,
     module="torch.nn.MaxPool2d",
-    inference=_POOL_INFERENCE,
+    inference=_POOL_INFERENCE.format(window="H+2*padding_h-dilation_h*(kernel_h-1)-1", dilation=", dilation_h"),
     example={"op": "maxpool2d", "kernel_size": 2},
     input_shape_example=["B", 16, 32, 32],
 )
@@ -229,10 +222,6 @@ def maxpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     )
 
 
-def _derive_avgpool(p: Params) -> Mapping[str, Any]:
-    return {**_hw(p, ("kernel_size", "stride", "padding")), "dilation_h": 1, "dilation_w": 1}
-
-
 @op(
     "avgpool2d",
     params=[
@@ -241,11 +230,10 @@ def _derive_avgpool(p: Params) -> Mapping[str, Any]:
         Param("count_include_pad", "bool", default=True, doc="count the zero padding in each window's average"),
     ],
     inputs=_POOL_IN,
-    outputs=[Port("y", ["N", "C", *_HW_OUT], dtype="same:x")],
+    outputs=_POOL_OUT,
     infer=_pool_infer,
-    derive=_derive_avgpool,
     module="torch.nn.AvgPool2d",
-    inference=_POOL_INFERENCE.replace("dilation_h*(kernel_h-1)", "(kernel_h-1)"),
+    inference=_POOL_INFERENCE.format(window="H+2*padding_h-kernel_h", dilation=""),
     example={"op": "avgpool2d", "kernel_size": 2},
     input_shape_example=["B", 16, 32, 32],
 )
@@ -268,7 +256,7 @@ def _derive_adaptive(p: Params) -> Mapping[str, Any]:
 
 
 def _adaptive_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
-    shape = fixed(inputs[0], 4)
+    shape = shape_of_rank(inputs[0], 4)
     if shape is None:
         return [TensorType(None, inputs[0].dtype)]
     n, c, h, w = shape
@@ -283,7 +271,14 @@ def _adaptive_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]
 
 @op(
     "adaptive_avgpool2d",
-    params=[Param("output_size", "int_or_pair", min=1, doc="the output's height and width (an int for a square)")],
+    params=[
+        Param(
+            "output_size",
+            "int_or_pair",
+            min=1,
+            doc="the output's height and width, out_h and out_w (one int for a square)",
+        )
+    ],
     inputs=_POOL_IN,
     outputs=[Port("y", ["N", "C", "out_h", "out_w"], dtype="same:x")],
     infer=_adaptive_infer,

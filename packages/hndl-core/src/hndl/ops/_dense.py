@@ -62,7 +62,6 @@ def _embedding_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     outputs=[Port("y", ["*batch", "embedding_dim"], dtype="float32")],
     infer=_embedding_infer,
     module="torch.nn.Embedding",
-    inference="appends embedding_dim to the index shape; the output is float32",
     example={"op": "embedding", "num_embeddings": 50257, "embedding_dim": 768},
     input_shape_example=["B", "T"],
 )

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._contracts import TensorType
+from .._contracts import TensorType, format_shape
 from .._dims import format_dim
 from .._registry import InferError, Params, Port, op
-from ._common import Shape, broadcast_shapes, open_at, promote, provably_different, show
+from ._common import Shape, broadcast_shapes, open_at, promote, provably_different
 
 _BINARY_IN = [Port("a", None, dtype="any", doc="left operand"), Port("b", None, dtype="any", doc="right operand")]
 _BROADCAST_INFERENCE = (
@@ -65,7 +65,7 @@ def _split_matrix(shape: Shape, port: str) -> tuple[Shape, list[Any]] | None:
                 "matmul needs operands with at least 1 dim, got a 0-d tensor",
                 port=port,
                 expected="rank >= 1",
-                actual=show(shape),
+                actual=format_shape(shape),
             )
         core = 1 if len(shape) == 1 else 2
         return tuple(shape[: len(shape) - core]), list(shape[len(shape) - core :])
@@ -88,11 +88,11 @@ def _matmul_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     if provably_different(inner_a, inner_b):
         where_b = "dim 0" if len(core_b) == 1 else "dim -2"
         raise InferError(
-            f"'a' {show(a.shape)} and 'b' {show(b.shape)} cannot be multiplied: the last dim of 'a' "
+            f"'a' {format_shape(a.shape)} and 'b' {format_shape(b.shape)} cannot be multiplied: the last dim of 'a' "
             f"({format_dim(inner_a)}) must equal {where_b} of 'b' ({format_dim(inner_b)})",
             port="b",
             expected=f"{where_b} = {format_dim(inner_a)}",
-            actual=show(b.shape),
+            actual=format_shape(b.shape),
             hint="transpose one operand, or check which dim holds the features",
         )
     rows = core_a[:-1]  # [] for a vector
@@ -103,10 +103,10 @@ def _matmul_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
         batch = broadcast_shapes(batch_a, batch_b)
     except InferError as exc:
         raise InferError(
-            f"the batch dims of 'a' {show(a.shape)} and 'b' {show(b.shape)} do not broadcast",
+            f"the batch dims of 'a' {format_shape(a.shape)} and 'b' {format_shape(b.shape)} do not broadcast",
             port="b",
             expected=exc.expected,
-            actual=show(b.shape),
+            actual=format_shape(b.shape),
             hint="batch dims (all but the last two) must be equal, or 1",
         ) from None
     if batch is None:

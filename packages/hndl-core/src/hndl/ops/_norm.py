@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._contracts import TensorType
+from .._contracts import TensorType, format_shape
 from .._dims import format_dim
 from .._registry import InferError, Param, Params, Port, op
-from ._common import open_at, provably_different, show
+from ._common import open_at, provably_different
 
 _EPS = Param("eps", "float", default=1e-5, min=0, doc="added to the variance for numerical stability")
 
@@ -35,10 +35,10 @@ def _bn1d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     t = inputs[0]
     if t.shape is not None and open_at(t.shape) is None and len(t.shape) not in (2, 3):
         raise InferError(
-            f"batchnorm1d takes a rank-2 or rank-3 input, got rank {len(t.shape)} {show(t.shape)}",
+            f"batchnorm1d takes a rank-2 or rank-3 input, got rank {len(t.shape)} {format_shape(t.shape)}",
             port="x",
             expected="[N, C] or [N, C, L]",
-            actual=show(t.shape),
+            actual=format_shape(t.shape),
             hint="use batchnorm2d for [N, C, H, W]" if len(t.shape) == 4 else None,
         )
     return [t]
@@ -64,7 +64,7 @@ def _bn_build(cls_name: str, p: Params) -> Any:
     outputs=[Port("y", ["N", "num_features", "*rest"], dtype="same:x")],
     infer=_bn1d_infer,
     module="torch.nn.BatchNorm1d",
-    inference="output has the input's shape ([N, C] or [N, C, L]); num_features is C",
+    inference="the input has rank 2 ([N, C]) or 3 ([N, C, L])",
     example={"op": "batchnorm1d"},
     input_shape_example=["B", 64],
 )
@@ -106,7 +106,7 @@ def _trailing_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]
             f"normalized_shape {list(ns)} has {len(ns)} dims, the input only {len(tail)}",
             port="x",
             expected=f"[..., {', '.join(map(str, ns))}]",
-            actual=show(t.shape),
+            actual=format_shape(t.shape),
         )
     got = tail[len(tail) - min(len(ns), len(tail)) :]
     if any(provably_different(a, b) for a, b in zip(reversed(ns), reversed(got))):
@@ -114,7 +114,7 @@ def _trailing_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]
             f"the input's last {len(ns)} dims do not match normalized_shape {list(ns)}",
             port="x",
             expected=f"[..., {', '.join(map(str, ns))}]",
-            actual=show(t.shape),
+            actual=format_shape(t.shape),
             hint="normalized_shape names the input's trailing dims; omit it to normalise over the last dim",
         )
     return [t]
@@ -127,7 +127,7 @@ _NORMALIZED_SHAPE = Param(
     inferred=True,
     doc="the trailing dims to normalise over (inferred: the input's last dim)",
 )
-_TRAILING_INFERENCE = "output has the input's shape and dtype; the input must end with normalized_shape"
+_TRAILING_INFERENCE = "the input must end with normalized_shape"
 
 
 @op(
@@ -212,7 +212,7 @@ def _groupnorm_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     outputs=[Port("y", ["N", "num_channels", "*rest"], dtype="same:x")],
     infer=_groupnorm_infer,
     module="torch.nn.GroupNorm",
-    inference="output has the input's shape and dtype; num_groups must divide the channels (dim 1)",
+    inference="num_groups must divide the channels (dim 1)",
     example={"op": "groupnorm", "num_groups": 32},
     input_shape_example=["B", 256, 16, 16],
 )

@@ -11,10 +11,10 @@ from collections.abc import Mapping, Sequence
 from functools import reduce
 from typing import Any
 
-from .._contracts import TensorType, unknown_dim
+from .._contracts import TensorType, format_shape, unknown_dim
 from .._dims import Dim, dim_add, dim_floordiv, dim_mul, format_dim
 from .._registry import InferError, Param, Params, Port, op
-from ._common import norm_dim, open_at, open_index, product, promote, provably_different, show
+from ._common import norm_dim, open_at, open_index, product, promote, provably_different
 
 # --- concat ---------------------------------------------------------------------------------------------
 
@@ -43,10 +43,10 @@ def _concat_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
             assert s is not None
             if len(s) != len(first):
                 raise InferError(
-                    f"input {i} has rank {len(s)} {show(s)}, input 0 has rank {len(first)} {show(first)}",
+                    f"input {i} has rank {len(s)} {format_shape(s)}, input 0 has rank {len(first)} {format_shape(first)}",
                     port="inputs",
                     expected=f"rank {len(first)}",
-                    actual=show(s),
+                    actual=format_shape(s),
                     hint="every input of concat needs the same rank",
                 )
         index = norm_dim(p.dim, len(first))
@@ -59,10 +59,10 @@ def _concat_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
                 continue
             if provably_different(a, b):
                 raise InferError(
-                    f"input {i} {show(s)} differs from input 0 {show(first)} in dim {j}, which is not the concat dim",
+                    f"input {i} {format_shape(s)} differs from input 0 {format_shape(first)} in dim {j}, which is not the concat dim",
                     port="inputs",
                     expected=f"dim {j} = {format_dim(a)}",
-                    actual=show(s),
+                    actual=format_shape(s),
                     hint=f"only dim {index} (dim={p.dim}) may differ between the inputs",
                 )
             if isinstance(b, int) and not isinstance(out[j], int):
@@ -129,7 +129,7 @@ def _split_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
                 f"sizes {list(sizes)} add up to {total}, but dim {index} of the input is {length}",
                 port="x",
                 expected=f"dim {index} = {total}",
-                actual=show(t.shape),
+                actual=format_shape(t.shape),
                 hint="the sizes must add up to the length of the split dim",
             )
     else:
@@ -138,7 +138,7 @@ def _split_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
                 f"{p.sections} sections do not divide dim {index} of the input ({length})",
                 port="x",
                 expected=f"dim {index} divisible by {p.sections}",
-                actual=show(t.shape),
+                actual=format_shape(t.shape),
                 hint="use sizes for unequal parts",
             )
         parts = [dim_floordiv(length, p.sections)] * p.sections
@@ -222,11 +222,11 @@ def _reshape_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
         if dim_mul(fill, known) != total:
             symbolic = not isinstance(total, int)
             raise InferError(
-                f"the reshaped dims {show(rest)} hold {format_dim(total)} elements, "
+                f"the reshaped dims {format_shape(rest)} hold {format_dim(total)} elements, "
                 + (f"which cannot be shown to divide by {known}" if symbolic else f"which {known} does not divide"),
                 port="x",
                 expected=f"a multiple of {known} elements in dims {start}..",
-                actual=show(t.shape),
+                actual=format_shape(t.shape),
                 hint=(
                     "give those input dims as ints, or write every size of shape"
                     if symbolic
@@ -236,10 +236,10 @@ def _reshape_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
         target = [fill if d == -1 else d for d in target]
     elif isinstance(total, int) and total != known:
         raise InferError(
-            f"the reshaped dims {show(rest)} hold {total} elements, shape {list(p.shape)} holds {known}",
+            f"the reshaped dims {format_shape(rest)} hold {total} elements, shape {list(p.shape)} holds {known}",
             port="x",
             expected=f"{known} elements in dims {start}..",
-            actual=show(t.shape),
+            actual=format_shape(t.shape),
             hint="use -1 once in shape for the size that follows from the rest",
         )
     return [TensorType((*head, *target), t.dtype)]
@@ -342,7 +342,7 @@ def _permute_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     rank = len(t.shape)
     if len(p.dims) != rank:
         raise InferError(
-            f"dims {list(p.dims)} has {len(p.dims)} entries for a rank-{rank} input {show(t.shape)}",
+            f"dims {list(p.dims)} has {len(p.dims)} entries for a rank-{rank} input {format_shape(t.shape)}",
             code="E_PARAM",
             param="dims",
             expected=f"a permutation of 0..{rank - 1}",

@@ -1,0 +1,230 @@
+"""Inference for one node: its inputs matched against its ports, inferred parameters bound, output types made.
+
+The second half of checking a graph; the first, resolving ops, parameters and references, is
+:mod:`hndl._resolve`. An op states its output in one of two ways: its output ports' shape patterns, filled in
+from the symbols the inputs bound, or an ``infer`` function for rules a pattern cannot express. An op with
+``infer`` may still declare output patterns, for the reference docs; :func:`declared_output_types`
+evaluates them, which is how the tests hold every op's declared patterns to what its ``infer`` computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Protocol
+
+from ._contracts import TensorType, dtype_satisfies, format_shape, is_unknown, unknown_dim
+from ._dims import format_dim, free_symbols
+from ._registry import InferError, OpDef, Params, Port
+
+__all__ = ["BoundPorts", "Report", "bind_ports", "declared_output_types", "infer_node"]
+
+#: Each input value with the port that receives it (a variadic port receives several).
+BoundPorts = list[tuple[Port, TensorType]]
+
+
+class Report(Protocol):
+    """Records one problem about the node being inferred, located at spec key ``key`` (``None``: the node)."""
+
+    def __call__(self, code: str, message: str, *, key: str | None = "in", **fields: Any) -> None: ...
+
+
+def bind_ports(opdef: OpDef, in_types: Sequence[TensorType]) -> BoundPorts | None:
+    """Pair each input with its port; ``None`` when the op takes another number of inputs."""
+    ports = list(opdef.inputs)
+    if ports and ports[-1].variadic:
+        last = len(ports) - 1
+        if len(in_types) < len(ports):
+            return None
+        return [(ports[min(i, last)], t) for i, t in enumerate(in_types)]
+    if len(in_types) != len(ports):
+        return None
+    return list(zip(ports, in_types))
+
+
+def input_count_words(opdef: OpDef) -> str:
+    """``1 input``, ``2 inputs``, ``1 or more inputs``: how many inputs ``opdef`` takes."""
+    n = len(opdef.inputs)
+    if opdef.inputs and opdef.inputs[-1].variadic:
+        return f"{n} or more inputs"
+    return f"{n} input" + ("" if n == 1 else "s")
+
+
+def infer_node(
+    opdef: OpDef, params: Params, given: Collection[str], ports: BoundPorts, report: Report
+) -> tuple[Params, list[TensorType]] | None:
+    """Infer one node: ``(params with the inferred ones filled in, output types)``, or ``None`` once reported.
+
+    ``given`` are the parameter names the node wrote (an inferred parameter given by hand gets a hint to drop
+    it when it disagrees).
+    """
+    env = _pattern_env(opdef, params, report)
+    if env is None:
+        return None
+    for port, t in ports:
+        reason = _dtype_reason(port, t, ports)
+        if reason:
+            report("E_DTYPE", reason, port=port.name, expected=port.dtype, actual=t.dtype, hint=_dtype_hint(port))
+            return None
+        pattern = port.pattern
+        if pattern is None or t.shape is None:
+            continue
+        reason = pattern.match(t.shape, env)
+        if reason:
+            hint = None
+            inferred_given = [p.name for p in opdef.params if p.inferred and p.name in given and p.name in reason]
+            if inferred_given:
+                hint = f"drop {inferred_given[0]}: hndl infers it from the input"
+            report(
+                "E_SHAPE",
+                reason,
+                port=port.name,
+                expected=str(pattern),
+                actual=format_shape(t.shape),
+                hint=hint,
+            )
+            return None
+    filled = _fill_inferred(opdef, params, env, report)
+    if filled is None:
+        return None
+    if opdef.infer is None:
+        out_types = _instantiate_outputs(opdef, filled, ports, env)
+    else:
+        try:
+            out_types = list(opdef.infer(filled, [t for _, t in ports]))
+        except InferError as exc:
+            report(
+                exc.code,
+                exc.message,
+                key=exc.param or "in",
+                port=exc.port,
+                expected=exc.expected,
+                actual=exc.actual,
+                hint=exc.hint,
+            )
+            return None
+    return filled, out_types
+
+
+def declared_output_types(opdef: OpDef, params: Params, in_types: Sequence[TensorType]) -> list[TensorType]:
+    """What ``opdef``'s output ports declare for these inputs, whether or not the op has an ``infer``.
+
+    ``params`` are a checked node's (inferred ones included). A port without a shape pattern declares no
+    shape (``None``); a name the patterns use that nothing binds is an unknown dim; a ``same:`` or ``any``
+    dtype rule resolves as inference resolves it.
+
+    Raises:
+        ValueError: the inputs do not match the input patterns (a node that checked always does).
+    """
+    ports = bind_ports(opdef, in_types)
+    if ports is None:
+        raise ValueError(f"{opdef.name} takes {input_count_words(opdef)}, got {len(in_types)}")
+
+    def refuse(code: str, message: str, *, key: str | None = "in", **fields: Any) -> None:
+        raise ValueError(message)
+
+    env = _pattern_env(opdef, params, refuse)
+    assert env is not None
+    for port, t in ports:
+        if port.pattern is not None and t.shape is not None:
+            reason = port.pattern.match(t.shape, env)
+            if reason:
+                raise ValueError(f"port {port.name!r}: {reason}")
+    return _instantiate_outputs(opdef, params, ports, env)
+
+
+def _pattern_env(opdef: OpDef, params: Params, report: Report) -> dict[str, Any] | None:
+    """The names the op's patterns may use before any input is matched: int parameters and ``derive``'s."""
+    env: dict[str, Any] = {}
+    for p in opdef.params:
+        value = params.get(p.name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            env[p.name] = value
+    if opdef.derive is not None:
+        try:
+            env.update(opdef.derive(params))
+        except InferError as exc:
+            report(exc.code, exc.message, port=exc.port, expected=exc.expected, actual=exc.actual, hint=exc.hint)
+            return None
+    return env
+
+
+def _fill_inferred(opdef: OpDef, params: Params, env: Mapping[str, Any], report: Report) -> Params | None:
+    """``params`` with each inferred parameter the node did not give read from the bound symbols."""
+    values = dict(params)
+    for p in opdef.params:
+        if not p.inferred or values.get(p.name) is not None:
+            continue
+        bound = env.get(p.name)
+        if isinstance(bound, int):
+            # A list-typed parameter (layernorm's normalized_shape) inferred from one dim is that dim.
+            values[p.name] = p.type.from_dim(bound)
+            continue
+        if bound is None:
+            report(
+                "E_PARAM",
+                f"parameter {p.name!r} could not be inferred from the inputs",
+                key=None,
+                hint=f"set {p.name} explicitly",
+            )
+        else:
+            report(
+                "E_SHAPE",
+                f"parameter {p.name!r} follows from an input dim that is not a fixed number",
+                key=None,
+                expected="an int",
+                actual="?" if is_unknown(bound) else format_dim(bound),
+                hint=f"give that input dim as an int in the input's shape, or set {p.name}",
+            )
+        return None
+    return Params(values)
+
+
+def _instantiate_outputs(opdef: OpDef, params: Params, ports: BoundPorts, env: dict[str, Any]) -> list[TensorType]:
+    """The output ports' patterns under ``env``; a name nothing bound becomes an unknown dim.
+
+    An op whose output count follows from its parameters (``count_outputs``) gives each output beyond the
+    declared ports the last port's declaration (``split``'s one ``parts`` port stands for every part).
+    """
+    out_types = []
+    declared = opdef.outputs or (Port("y", None, dtype="any"),)
+    for i in range(opdef.output_count(params)):
+        port = declared[min(i, len(declared) - 1)]
+        dtype = _out_dtype(port.dtype, ports)
+        pattern = port.pattern
+        if pattern is None:
+            out_types.append(TensorType(None, dtype))
+            continue
+        for d in pattern.dims:
+            for s in free_symbols(d) if d is not None else ():
+                env.setdefault(s, unknown_dim())
+        if pattern.variadic_name is not None and pattern.variadic_name not in env:
+            out_types.append(TensorType(None, dtype))
+            continue
+        out_types.append(TensorType(pattern.instantiate(env), dtype))
+    return out_types
+
+
+def _dtype_reason(port: Port, t: TensorType, ports: BoundPorts) -> str:
+    rule = port.dtype
+    if rule.startswith("same:"):
+        other = next((ot for p, ot in ports if p.name == rule[5:]), None)
+        if other is None or other is t:
+            return ""
+        if dtype_satisfies(t.dtype, other.dtype) is False and dtype_satisfies(other.dtype, t.dtype) is False:
+            return f"dtype must match port {rule[5:]!r} ({other.dtype}), got {t.dtype}"
+        return ""
+    if dtype_satisfies(t.dtype, rule) is False:
+        return f"needs dtype {rule}, got {t.dtype}"
+    return ""
+
+
+def _out_dtype(rule: str, ports: BoundPorts) -> str:
+    if rule.startswith("same:"):
+        return next((t.dtype for p, t in ports if p.name == rule[5:]), "any")
+    return rule
+
+
+def _dtype_hint(port: Port) -> str | None:
+    if port.dtype in ("int", "int64"):
+        return "declare the input's dtype, e.g. dtype: int64"
+    return None

@@ -1,0 +1,255 @@
+"""What a node as written refers to: the order nodes run in, its op, its parameters and the values it reads.
+
+The first half of checking a graph; the second, inference, is :mod:`hndl._infer`. Each function here appends
+what is wrong to a :class:`ProblemList` and returns ``None`` for what it could not resolve, so the checker
+carries on with the rest of the graph and reports everything at once.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from ._errors import ProblemList
+from ._graph import Graph, Node, split_ref
+from ._registry import REQUIRED, OpDef, Params, registry
+from .naming import suggestion
+
+__all__ = ["order_nodes", "resolve_op", "resolve_ref", "validate_params"]
+
+
+def order_nodes(g: Graph, prefix: str, problems: ProblemList) -> list[Node]:
+    """``g``'s nodes in a topological order that keeps insertion order where it can; reports each cycle.
+
+    A node on a cycle is left out of the order, so nothing that depends on it is inferred.
+    """
+    deps: dict[str, list[str]] = {}
+    for node in g.nodes.values():
+        deps[node.name] = [split_ref(r)[0] for r in node.inputs if split_ref(r)[0] in g.nodes]
+    order: list[Node] = []
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    for start in g.nodes:
+        if state.get(start):
+            continue
+        # Iterative DFS: a 10,000-node chain must not hit the recursion limit.
+        stack: list[tuple[str, int]] = [(start, 0)]
+        state[start] = 1
+        while stack:
+            name, i = stack[-1]
+            if i < len(deps[name]):
+                stack[-1] = (name, i + 1)
+                dep = deps[name][i]
+                if state.get(dep) == 1:
+                    cycle = [n for n, _ in stack[[n for n, _ in stack].index(dep) :]] + [dep]
+                    problems.add(
+                        "E_CYCLE",
+                        "the graph has a cycle: " + " -> ".join(f"{prefix}{c}" for c in cycle),
+                        node=f"{prefix}{dep}",
+                        op=g.nodes[dep].op,
+                        location=g.nodes[dep].where("in"),
+                        hint="a node may only use inputs and nodes that do not depend on it",
+                    )
+                    continue
+                if not state.get(dep):
+                    state[dep] = 1
+                    stack.append((dep, 0))
+            else:
+                stack.pop()
+                state[name] = 2
+                order.append(g.nodes[name])
+    return order
+
+
+def resolve_op(node: Node, qualname: str, problems: ProblemList) -> OpDef | None:
+    """The registered op ``node`` names, or ``None`` after reporting E_OP (with a did-you-mean)."""
+    if not isinstance(node.op, str) or not node.op:
+        problems.add(
+            "E_OP", f"op must be a non-empty string, got {node.op!r}", node=qualname, location=node.where("op")
+        )
+        return None
+    opdef = registry.find(node.op)
+    if opdef is None:
+        problems.add(
+            "E_OP",
+            f"unknown op {node.op!r}",
+            node=qualname,
+            location=node.where("op"),
+            hint=suggestion(node.op, registry.names()) or "see `python -m hndl.docs` for the ops",
+        )
+    return opdef
+
+
+def validate_params(
+    node: Node, opdef: OpDef, qualname: str, problems: ProblemList, *, allow_imports: bool
+) -> Params | None:
+    """``node``'s parameters checked against ``opdef``'s schema, defaults filled in.
+
+    ``allow_imports`` is the flag of the graph the node belongs to: an op that imports code by name
+    (:attr:`OpDef.imports_code`) is refused in a graph loaded without it.
+
+    Returns ``None`` after reporting E_PARAM for every unknown, missing or invalid parameter.
+    """
+    ok = True
+    values: dict[str, Any] = {}
+    known = {p.name for p in opdef.params}
+    for key in node.params:
+        if key not in known:
+            ok = False
+            hint = suggestion(key, sorted(known)) or (
+                f"{opdef.name} takes: {', '.join(sorted(known))}" if known else f"{opdef.name} takes no parameters"
+            )
+            problems.add(
+                "E_PARAM",
+                f"unknown parameter {key!r}",
+                node=qualname,
+                op=opdef.name,
+                location=node.where(key),
+                hint=hint,
+            )
+    for p in opdef.params:
+        if p.name in node.params:
+            value, reason = p.validate(node.params[p.name])
+            if reason:
+                ok = False
+                problems.add(
+                    "E_PARAM",
+                    f"parameter {p.name!r} {reason}",
+                    node=qualname,
+                    op=opdef.name,
+                    location=node.where(p.name),
+                )
+            else:
+                values[p.name] = value
+        elif p.required:
+            ok = False
+            problems.add(
+                "E_PARAM",
+                f"missing required parameter {p.name!r}",
+                node=qualname,
+                op=opdef.name,
+                location=node.location,
+                hint=f"{p.name}: {p.doc}" if p.doc else None,
+            )
+        elif p.default is not REQUIRED:
+            values[p.name] = _own_copy(p.default)
+    if not ok:
+        return None
+    if opdef.imports_code and not allow_imports:
+        what = repr(values["target"]) if "target" in values else f"code for op {opdef.name!r}"
+        problems.add(
+            "E_PARAM",
+            f"importing {what} is refused: this spec was loaded without allow_imports",
+            node=qualname,
+            op=opdef.name,
+            location=node.where("target"),
+            hint="pass allow_imports=True to hndl.load if you trust this file",
+        )
+        return None
+    return Params(values)
+
+
+def _own_copy(default: Any) -> Any:
+    """A default that is a container is copied per node: one node's value must not be another's."""
+    return copy.deepcopy(default) if isinstance(default, (dict, list, set)) else default
+
+
+def output_count(opdef: OpDef | None, params: Params | None, library: Mapping[str, Graph]) -> int:
+    """How many outputs a node has; 1 when its op or parameters are unknown (already reported)."""
+    if opdef is None or params is None:
+        return 1
+    if opdef.runs_subgraph:
+        sub = library.get(params["graph"])
+        return max(len(sub.outputs), 1) if sub is not None else 1
+    try:
+        return opdef.output_count(params)
+    except Exception:
+        return 1
+
+
+def resolve_ref(
+    g: Graph,
+    node: Node | None,
+    ref: Any,
+    ids: Mapping[str, str],
+    ports: Mapping[str, list[str]],
+    prefix: str,
+    problems: ProblemList,
+    location: str | None = None,
+) -> str | None:
+    """The value id a reference string denotes: a graph input, a node's only output, or one of its ports.
+
+    ``node`` is the node that reads the value (``None`` for the graph's outputs, located at ``location``);
+    ``ids`` maps input names to value ids and ``ports`` maps each node already ordered to its output ids.
+    Returns ``None`` after reporting E_REF (with a did-you-mean), or silently for a node on a cycle.
+    """
+    qual = prefix + node.name if node is not None else None
+    op = node.op if node is not None else None
+    where = node.where("in") if node is not None else location
+    if not isinstance(ref, str):
+        problems.add("E_REF", f"a reference must be a string, got {ref!r}", node=qual, op=op, location=where)
+        return None
+    name, port = split_ref(ref)
+    if name in ids and port is None:
+        return ids[name]
+    if name in g.nodes:
+        if name not in ports:  # part of a cycle, already reported
+            return None
+        outs = ports[name]
+        if port is None:
+            if len(outs) == 1:
+                return outs[0]
+            problems.add(
+                "E_REF",
+                f"{name!r} has {len(outs)} outputs; refer to one of them",
+                node=qual,
+                op=op,
+                location=where,
+                hint=f"write {name}.0 ... {name}.{len(outs) - 1}",
+            )
+            return None
+        index = _port_index(g.nodes[name], port, len(outs))
+        if index is None:
+            problems.add(
+                "E_REF",
+                f"{name!r} has no output port {port!r}",
+                node=qual,
+                op=op,
+                location=where,
+                expected=" or ".join(_port_names(g.nodes[name], len(outs))),
+                actual=port,
+            )
+            return None
+        return outs[index]
+    subject = "refers" if qual else "outputs refer"
+    problems.add(
+        "E_REF",
+        f"{subject} to unknown input or node {ref!r}",
+        node=qual,
+        op=op,
+        location=where,
+        hint=suggestion(name, [*ids, *g.nodes]),
+    )
+    return None
+
+
+def _named_ports(node: Node, count: int) -> list[str]:
+    """The op's output port names, when they name ``node``'s outputs: the op declares as many output ports as
+    the node has outputs (not so for ops whose output count depends on their parameters)."""
+    opdef = registry.find(node.op) if isinstance(node.op, str) else None
+    if opdef is not None and opdef.count_outputs is None and len(opdef.outputs) == count:
+        return [p.name for p in opdef.outputs]
+    return []
+
+
+def _port_names(node: Node, count: int) -> list[str]:
+    """What a message offers as ``node``'s ports: the indices, and the names when there are several."""
+    return [str(i) for i in range(count)] + (_named_ports(node, count) if count > 1 else [])
+
+
+def _port_index(node: Node, port: str, count: int) -> int | None:
+    if port.isdigit():
+        i = int(port)
+        return i if i < count else None
+    names = _named_ports(node, count)
+    return names.index(port) if port in names else None
