@@ -283,7 +283,7 @@ def test_regression_an_untrusted_spec_imported_code_as_a_subgraph_of_a_python_gr
     """The checker judged allow_imports by the root graph only: a spec loaded without it, used as a subgraph of
     a (trusted) Python-built graph, built its 'module' node, and subprocess.run ran during hndl.build."""
     marker = tmp_path / "ran"
-    evil = hndl.load(EVIL_SPEC.replace("MARKER", str(marker)))
+    evil = hndl.loads(EVIL_SPEC.replace("MARKER", str(marker)))
     g = hndl.Graph("outer")
     g.output(g.add("graph", g.input("x", ("B", 4)), name="blk", graph=evil))
     (p,) = problems(g)
@@ -295,7 +295,7 @@ def test_regression_an_untrusted_spec_imported_code_as_a_subgraph_of_a_python_gr
 
 
 def test_a_trusted_python_subgraph_may_import_inside_a_spec_loaded_without_allow_imports():
-    spec = hndl.load("hndl: 1\nname: outer\ninputs:\n  x: {shape: [B, 4]}\nnodes: {}\noutputs: [x]\n")
+    spec = hndl.loads("hndl: 1\nname: outer\ninputs:\n  x: {shape: [B, 4]}\nnodes: {}\noutputs: [x]\n")
     block = hndl.Graph("block")
     block.output(block.add("module", block.input("h", ("B", 4)), name="act", target="torch.nn:Tanh"))
     spec.outputs = [spec.add("graph", "x", name="blk", graph=block).ref]

@@ -37,15 +37,15 @@ def _param_value(p: hndl.Param, example: dict[str, Any], rng: random.Random) -> 
     hi = min(int(p.max) if p.max is not None else lo + 5, lo + 5)
     if p.choices is not None:
         return rng.choice(p.choices)
-    if p.type == "int":
+    if p.type.name == "int":
         return rng.randint(lo, hi)
-    if p.type == "float":
+    if p.type.name == "float":
         return rng.uniform(p.min or 0.0, p.max if p.max is not None else 1.0)
-    if p.type == "bool":
+    if p.type.name == "bool":
         return rng.random() < 0.5
-    if p.type == "int_or_pair":
+    if p.type.name == "int_or_pair":
         return rng.randint(lo, hi) if rng.random() < 0.5 else [rng.randint(lo, hi), rng.randint(lo, hi)]
-    if p.type == "ints":
+    if p.type.name == "ints":
         return [rng.randint(lo, hi) for _ in range(rng.randint(1, 3))]
     return example.get(p.name, p.default)  # strings, shapes, mappings, graph names: the example's
 
@@ -54,7 +54,7 @@ def sample_params(opdef: hndl.OpDef, rng: random.Random) -> dict[str, Any]:
     example = {k: v for k, v in opdef.example.items() if k not in ("op", "in")}
     params: dict[str, Any] = {}
     for p in opdef.params:
-        if p.inferred or p.type == "graph":
+        if p.inferred or p.type.name == "graph":
             continue
         if rng.random() < 0.3:
             if p.name in example:

@@ -168,13 +168,13 @@ def test_a_user_op_that_imports_code_is_refused_in_specs_loaded_without_allow_im
     spec = "hndl: 1\nname: s\ninputs:\n  x: {shape: [B, 4]}\nnodes:\n  n: {op: test_runs_code, in: x}\noutputs: [n]\n"
     try:
         with pytest.raises(hndl.HndlError) as info:
-            hndl.check(hndl.load(spec))
+            hndl.check(hndl.loads(spec))
         (p,) = info.value.problems
         assert (p.code, p.node) == ("E_PARAM", "n")
         assert (
             p.message == "importing code for op 'test_runs_code' is refused: this spec was loaded without allow_imports"
         )
-        assert hndl.check(hndl.load(spec, allow_imports=True)).nodes[0].op == "test_runs_code"
+        assert hndl.check(hndl.loads(spec, allow_imports=True)).nodes[0].op == "test_runs_code"
     finally:
         hndl.registry.unregister("test_runs_code")
 
