@@ -24,6 +24,8 @@ from ._errors import HndlError as HndlError
 from ._errors import Problem as Problem
 from ._graph import Graph as Graph
 from ._graph import Handle as Handle
+from ._plan import Plan as Plan
+from ._plan import Step as Step
 from ._registry import REQUIRED as REQUIRED
 from ._registry import InferError as InferError
 from ._registry import OpDef as OpDef
@@ -52,9 +54,11 @@ __all__ = [
     "OpDef",
     "Param",
     "Params",
+    "Plan",
     "Port",
     "Problem",
     "ShapePattern",
+    "Step",
     "TensorType",
     "build",
     "check",

@@ -6,8 +6,8 @@ stops at the first problem: a node whose inputs already failed is skipped (so on
 everything else is still checked, and all problems are raised together in one :class:`HndlError`.
 
 The result, :class:`CheckedGraph`, is what the torch builder consumes: every node with its validated and
-inferred parameters and the types of its inputs and outputs. :func:`flatten` turns it into the list of leaf
-steps that the runtime executes.
+inferred parameters and the types of its inputs and outputs. Lowering it into the steps that run it is
+:mod:`._plan`'s job.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ._errors import Problem, ProblemList
 from ._graph import Graph, Node, split_ref
 from ._registry import REQUIRED, InferError, OpDef, Params, registry
 
-__all__ = ["CheckedGraph", "CheckedNode", "Step", "check", "flatten"]
+__all__ = ["CheckedGraph", "CheckedNode", "check"]
 
 GRAPH_OP = "graph"
 
@@ -69,15 +69,6 @@ class CheckedGraph:
         return [self.types[v] for v in self.output_ids]
 
 
-@dataclass(frozen=True)
-class Step:
-    """One leaf node to execute, flattened out of subgraphs."""
-
-    node: CheckedNode
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-
-
 def check(graph: Graph) -> CheckedGraph:
     """Check ``graph`` completely and infer every type.
 
@@ -90,37 +81,6 @@ def check(graph: Graph) -> CheckedGraph:
     checker.problems.raise_if_any(title=f"graph '{graph.name}'")
     assert result is not None
     return result
-
-
-def flatten(checked: CheckedGraph) -> list[Step]:
-    """The leaf nodes in execution order, with subgraph inputs and outputs resolved to the values they alias."""
-    steps: list[Step] = []
-    _flatten_into(checked, {}, steps)
-    return steps
-
-
-def _flatten_into(cg: CheckedGraph, alias: dict[str, str], steps: list[Step]) -> None:
-    def resolve(v: str) -> str:
-        return alias.get(v, v)
-
-    for node in cg.nodes:
-        if node.body:
-            current = [resolve(v) for v in node.inputs]
-            for sub in node.body:
-                inner_alias = dict(zip(sub.input_ids, current))
-                _flatten_into(sub, inner_alias, steps)
-                current = [inner_alias.get(v, v) for v in sub.output_ids]
-            for out_id, value in zip(node.outputs, current):
-                alias[out_id] = value
-        else:
-            steps.append(Step(node, tuple(resolve(v) for v in node.inputs), tuple(node.outputs)))
-
-
-def resolve_outputs(checked: CheckedGraph) -> list[str]:
-    """The value ids the top-level outputs finally refer to (through subgraph aliases)."""
-    alias: dict[str, str] = {}
-    _flatten_into(checked, alias, [])
-    return [alias.get(v, v) for v in checked.output_ids]
 
 
 class _Checker:

@@ -14,6 +14,7 @@ from torch import nn
 from .._check import CheckedGraph, CheckedNode, check
 from .._errors import ProblemList
 from .._graph import Graph
+from .._plan import lower
 from .._registry import InferError
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def build_module(graph: Graph, checked: CheckedGraph | None = None) -> GraphModu
         problems = ProblemList()
         nodes = build_nodes(checked, problems)
         problems.raise_if_any(title=f"graph '{graph.name}'")
-        return GraphModule(graph, checked, nodes)
+        return GraphModule(lower(checked), nodes)
     finally:
         if gc_was_enabled:
             gc.enable()
