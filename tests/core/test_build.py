@@ -193,3 +193,69 @@ def test_build_state_and_state_version_are_public_and_read_only():
         model.state_version = 3  # type: ignore[misc]
     with pytest.raises(AttributeError):
         model.plan = None  # type: ignore[misc]
+
+
+# --- the collector pause during a build (process-wide; see hndl/torch/_build.py for why it is safe) -------------
+
+
+def test_a_build_restores_the_collector_even_when_it_fails():
+    import gc
+
+    assert gc.isenabled()
+    hndl.build(mlp())
+    assert gc.isenabled()
+    g = hndl.Graph("bad")
+    g.output(g.add("module", g.input("x", ("B", 3)), name="m", target="torch.nn:Linear", kwargs={"in_features": -1}))
+    with pytest.raises(hndl.HndlError):
+        hndl.build(g)
+    assert gc.isenabled()
+
+
+def test_a_build_leaves_a_collector_the_user_turned_off_off():
+    import gc
+
+    gc.disable()
+    try:
+        hndl.build(mlp())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_overlapping_builds_share_one_pause_that_ends_with_the_last():
+    import gc
+
+    from hndl.torch._build import collection_paused
+
+    first, second = collection_paused(), collection_paused()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert not gc.isenabled()  # the other build is still running
+    second.__exit__(None, None, None)
+    assert gc.isenabled()
+    with collection_paused():
+        gc.disable()  # another thread's choice, made while a build runs, does not outlive the build
+    assert gc.isenabled()
+
+
+def test_builds_from_many_threads_leave_the_collector_on():
+    import gc
+    import threading
+
+    errors: list[BaseException] = []
+
+    def build() -> None:
+        try:
+            for _ in range(5):
+                hndl.build(mlp())
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=build) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert gc.isenabled()
