@@ -131,7 +131,7 @@ def test_apply_conversions_make_the_next_call_validate(convert):
     x = torch.randn(3, 8, dtype=dtype)
     model(x)
     assert model.validations == 2
-    assert model._build_state.tensors["nodes.n_hidden.weight"].dtype == dtype
+    assert model.build_state.tensors["nodes.n_hidden.weight"].dtype == dtype
 
 
 def test_the_signature_cache_is_bounded_and_forgets_the_oldest_first():
@@ -191,7 +191,7 @@ def test_many_threads_with_different_signatures_get_right_results_and_their_erro
     assert all(e.code == "E_INPUT" and e.node == "x" for e in errors)
     assert len(model._signatures) <= SIGNATURE_CACHE_SIZE
     assert set(model._signatures) == {
-        (torch.Size([b, 8]), torch.float32, torch.device("cpu"), model._state_version) for b in range(1, 13)
+        (torch.Size([b, 8]), torch.float32, torch.device("cpu"), model.state_version) for b in range(1, 13)
     }
 
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import hndl
-from hndl.torch._stores import stores_match
+from hndl.torch._guards import SIGNATURE, call_guards
 
 
 def mlp(bias: bool = True) -> hndl.GraphModule:
@@ -151,6 +151,36 @@ def test_a_registered_state_change_is_caught_on_the_next_call_and_restoring_it_p
     assert model(X).shape == (3, 4)
 
 
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_the_guards_the_generated_call_inlines_see_each_hookless_change(change):
+    make, _who, _what = CHANGES[change]
+    model = ready()
+    record = model._runtime.stores
+    guards = call_guards(record)
+    assert guards[0] == SIGNATURE
+    condition = " and ".join(g.source for g in guards)
+    assert f"if {condition}:" in model.code  # the very list the tests evaluate is what the call runs
+    version = model.state_version
+    assert record.matches()
+    restore = make(model)
+    assert model.state_version == version  # no registration hook saw it: only the record can
+    assert not record.matches()
+    restore()
+    assert record.matches()
+
+
+def test_setting_a_parameter_to_none_fires_no_registration_hook_and_the_record_catches_it():
+    # PyTorch calls its registration hooks for a real Parameter only: `m.bias = None` (like register_buffer(n,
+    # None) or a submodule set to None) writes the store dict directly, so only the stores record sees it.
+    model = ready()
+    version = model.state_version
+    model.nodes.n_hidden.bias = None
+    assert model.state_version == version
+    assert not model._runtime.stores.matches()
+    model.nodes.n_hidden.bias = nn.Parameter(torch.zeros(16))  # a real Parameter does fire the hook
+    assert model.state_version != version
+
+
 def test_the_documented_message_form():
     model = ready()
     model.nodes.n_hidden.bias = None
@@ -275,7 +305,7 @@ def test_a_tensor_swapped_in_under_its_name_stays_on_the_unchecked_path():
     assert model.validations == 1
     assert torch.equal(outs[0], outs[2])
     assert not torch.equal(outs[0], outs[1])
-    assert stores_match(model._runtime.stores)
+    assert model._runtime.stores.matches()
 
 
 def test_functional_call_keeps_no_generated_weights_alive():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import sys
+import threading
 import weakref
 
 import pytest
@@ -246,6 +248,41 @@ def test_the_record_is_bounded(mlp, x, count_checks):
     hf.functional_call(mlp, (*[{}] * (_functional._MAX_SIGNATURES + 7), params), (x,))  # recent: still known
     hf.functional_call(mlp, (params,), (x,))  # the oldest was dropped: checked again
     assert len(count_checks) == _functional._MAX_SIGNATURES + 9
+
+
+def test_threads_hammering_one_module_with_alternating_dicts_share_the_record_safely(mlp, x, monkeypatch):
+    # Regression: the record had no lock; two threads evicting the oldest signature at once could delete one key
+    # twice (KeyError) or change a dict another thread was iterating. torch.func.functional_call itself swaps the
+    # tensors into the shared module, so concurrent calls on one module are not safe inside torch: it is
+    # replaced by a stub here, and the threads exercise exactly hndl's check and its record.
+    monkeypatch.setattr(_functional, "_torch_functional_call", lambda module, params, args, kwargs, **_: len(params))
+    first, second = randomized(mlp, 1), randomized(mlp, 2)
+    churn = _functional._MAX_SIGNATURES + 16  # more signatures than the record holds: eviction on every lap
+    calls = [(*[{}] * n, params) for n in range(churn) for params in (first, second)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(6)
+
+    def hammer(offset: int) -> None:
+        start.wait()
+        try:
+            for i in range(10 * len(calls)):
+                dicts = calls[(offset + i) % len(calls)]
+                assert hf.functional_call(mlp, dicts, (x,)) == len(dicts)
+        except BaseException as exc:
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible, to make any race show
+    try:
+        threads = [threading.Thread(target=hammer, args=(k * 7,)) for k in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert len(_functional._SEEN[mlp][1]) == _functional._MAX_SIGNATURES
 
 
 def test_the_record_keeps_neither_module_nor_tensors_alive(make_mlp, x):

@@ -27,6 +27,8 @@ from ._graph import Graph as Graph
 from ._graph import Handle as Handle
 from ._graph import split_ref as split_ref
 from ._param_types import ParamType as ParamType
+from ._plan import Plan as Plan
+from ._plan import Step as Step
 from ._registry import REQUIRED as REQUIRED
 from ._registry import InferError as InferError
 from ._registry import OpDef as OpDef
@@ -60,9 +62,11 @@ __all__ = [
     "Param",
     "ParamType",
     "Params",
+    "Plan",
     "Port",
     "Problem",
     "ShapePattern",
+    "Step",
     "TensorType",
     "build",
     "check",

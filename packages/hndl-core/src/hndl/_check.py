@@ -7,8 +7,8 @@ inputs already failed is skipped (so one mistake does not cascade), everything e
 problems are raised together in one :class:`HndlError`.
 
 The result, :class:`CheckedGraph`, is what the torch builder consumes: every node with its validated and
-inferred parameters and the types of its inputs and outputs. :func:`flatten` turns it into the list of leaf
-steps that the runtime executes.
+inferred parameters and the types of its inputs and outputs. Lowering it into the steps that run it is
+:mod:`._plan`'s job.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ._registry import OpDef, Params
 from ._resolve import order_nodes, output_count, resolve_op, resolve_ref, validate_params
 from .naming import suggestion
 
-__all__ = ["CheckedGraph", "CheckedNode", "Step", "check", "flatten"]
+__all__ = ["CheckedGraph", "CheckedNode", "check"]
 
 
 @dataclass
@@ -70,15 +70,6 @@ class CheckedGraph:
         return [self.types[v] for v in self.output_ids]
 
 
-@dataclass(frozen=True)
-class Step:
-    """One leaf node to execute, flattened out of subgraphs."""
-
-    node: CheckedNode
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-
-
 def check(graph: Graph) -> CheckedGraph:
     """Check ``graph`` completely and infer every type.
 
@@ -91,37 +82,6 @@ def check(graph: Graph) -> CheckedGraph:
     checker.problems.raise_if_any(title=f"graph '{graph.name}'")
     assert result is not None
     return result
-
-
-def flatten(checked: CheckedGraph) -> list[Step]:
-    """The leaf nodes in execution order, with subgraph inputs and outputs resolved to the values they alias."""
-    steps: list[Step] = []
-    _flatten_into(checked, {}, steps)
-    return steps
-
-
-def _flatten_into(cg: CheckedGraph, alias: dict[str, str], steps: list[Step]) -> None:
-    def resolve(v: str) -> str:
-        return alias.get(v, v)
-
-    for node in cg.nodes:
-        if node.body:
-            current = [resolve(v) for v in node.inputs]
-            for sub in node.body:
-                inner_alias = dict(zip(sub.input_ids, current))
-                _flatten_into(sub, inner_alias, steps)
-                current = [inner_alias.get(v, v) for v in sub.output_ids]
-            for out_id, value in zip(node.outputs, current):
-                alias[out_id] = value
-        else:
-            steps.append(Step(node, tuple(resolve(v) for v in node.inputs), tuple(node.outputs)))
-
-
-def resolve_outputs(checked: CheckedGraph) -> list[str]:
-    """The value ids the top-level outputs finally refer to (through subgraph aliases)."""
-    alias: dict[str, str] = {}
-    _flatten_into(checked, alias, [])
-    return [alias.get(v, v) for v in checked.output_ids]
 
 
 class _Checker:

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import __version__
-from ._check import CheckedGraph, check, flatten
+from ._check import CheckedGraph, check
 from ._contracts import format_shape
 from ._errors import HndlError, Problem
 from ._graph import Graph
+from ._plan import lower
 from ._spec_loader import load
 
 __all__ = ["main", "parser"]
@@ -134,7 +135,7 @@ def _render(problem: Problem, file: str) -> str:
 
 
 def _leaf_count(checked: CheckedGraph) -> int:
-    return len(flatten(checked))
+    return len(lower(checked).steps)
 
 
 # --- check -------------------------------------------------------------------------------------------------
@@ -181,11 +182,10 @@ def _summary(file: str, *, allow_imports: bool, out: IO[str]) -> int:
 
 def summary_lines(graph: Graph, checked: CheckedGraph, model: Any, file: str) -> list[str]:
     """The text of ``hndl summary``: a header, one row per leaf node, and totals."""
-    steps = flatten(checked)
     rows: list[tuple[str, ...]] = []
-    for step in steps:
+    for step in model.plan.steps:
         node = step.node
-        module = _module_at(model, node.path)
+        module = model.node_module(node.path)
         count = 0 if module is None else sum(p.numel() for p in module.parameters())
         rows.append(
             (
@@ -208,16 +208,6 @@ def summary_lines(graph: Graph, checked: CheckedGraph, model: Any, file: str) ->
 
 def _input_types(checked: CheckedGraph) -> list[Any]:
     return [checked.types[v] for v in checked.input_ids]
-
-
-def _module_at(model: Any, path: Sequence[str]) -> Any:
-    module = model.nodes
-    try:
-        for key in path:
-            module = module[int(key)] if key.isdigit() else module[key]
-    except (KeyError, IndexError, TypeError):
-        return None
-    return module
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> list[str]:

@@ -1,20 +1,22 @@
 """Generated Python for a GraphModule's call: one line per leaf step, mapped back to nodes for errors.
 
 Like ``torch.fx``'s ``recompile``, the source is registered in :mod:`linecache` under a fake file name, so
-tracebacks and debuggers show it, and a line-number -> step map lets a failure inside it be reported by node.
-Two functions are generated per graph:
+tracebacks and debuggers show it (``GraphModule.code`` returns it), and a line-number -> step map lets a failure
+inside it be reported by node. Two functions are generated per graph, from its :class:`~hndl._plan.Plan`:
 
 ``execute(self, args, kwargs)``
-    The checked call. It computes the signature, tests it against the known signatures and the stores record
-    (inlined, so the hot path is a tuple build, a dict lookup and three C-level compares), then runs every
-    leaf step. A step calls ``module.forward`` directly, skipping ``nn.Module.__call__``, unless the module (or
-    the process) has a forward/backward hook, in which case it calls the module. Anything else goes to
-    ``validate``. The modules, the record's tuples and the signature dict are the function's globals, bound
-    when the record is taken; the record catches any replacement of a module, so binding them is safe.
+    The checked call. It builds the call's signature and tests the fast-path guards inline, joined with
+    ``and``: the guard list is :mod:`._guards`' (the signature lookup ``sig in sigs``, then the stores
+    record's comparisons that have something to compare, up to four), and this module only writes it into
+    the source. When all hold it runs every leaf step: a step calls ``module.forward`` directly, skipping
+    ``nn.Module.__call__``, unless the module (or the process) has a forward/backward hook, in which case it
+    calls the module. Anything else goes to ``validate``. The modules, the record's tuples and the signature
+    dict are the function's globals, bound when the record is taken; the record catches any replacement of a
+    module, so binding them is safe.
 
-``plain(self, *inputs)``
-    The unchecked call used under ``torch.compile``: each step calls ``self.nodes[...]`` through ``__call__``,
-    the plainest code for Dynamo to trace.
+``unchecked(self, *inputs)``
+    The call used under ``torch.compile``: each step calls ``self.nodes[...]`` through ``__call__``, the
+    plainest code for Dynamo to trace, with no check.
 
 Compiled code objects are shared by every GraphModule whose generated source is identical (a deep copy, a
 rebuild of the same graph) through a small bounded cache keyed by the source text; it holds code, never a
@@ -31,9 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._check import Step
+from .._plan import Plan
+from ._guards import signature_source
 
-__all__ = ["Compiled", "compile_graph", "module_expr"]
+__all__ = ["Compiled", "compile_graph", "make_function", "module_expr"]
 
 _CACHE_SIZE = 64
 _cache: dict[str, Compiled] = {}
@@ -47,7 +50,7 @@ class Compiled:
     filename: str
     source: str
     execute: types.CodeType
-    plain: types.CodeType
+    unchecked: types.CodeType
     lines: dict[int, int]  # line number in ``execute`` -> step index
     step_locals: tuple[tuple[str, ...], ...]  # per step, the local names of its inputs
 
@@ -57,32 +60,23 @@ def module_expr(path: Sequence[str]) -> str:
     return "nodes" + "".join(f"[{int(k)}]" if k.isdigit() else f"[{k!r}]" for k in path)
 
 
-def compile_graph(
-    input_ids: Sequence[str],
-    steps: Sequence[Step],
-    output_ids: Sequence[str],
-    hooked: Sequence[bool],
-    terms: tuple[bool, bool, bool],
-    label: str,
-) -> Compiled:
+def compile_graph(plan: Plan, hooked: Sequence[bool], guards: Sequence[str], label: str) -> Compiled:
     """Generate and compile the two functions (or fetch them from the cache).
 
     Args:
-        input_ids: the graph's input value ids, in call order.
-        steps: the leaf steps, in execution order.
-        output_ids: the value ids returned, resolved through subgraph aliases.
+        plan: the lowered graph: its steps, input and output value ids.
         hooked: per step, whether the call must go through ``nn.Module.__call__``.
-        terms: which stores comparisons have something to compare: (copies, empty dicts, tensor dicts).
+        guards: the fast path's conditions, as source (from :func:`._guards.call_guards`).
         label: a readable name for the fake file (the graph name).
     """
-    names: dict[str, str] = {v: f"a{i}" for i, v in enumerate(input_ids)}
-    args = ", ".join(names[v] for v in input_ids)
-    k = len(input_ids)
+    names: dict[str, str] = {v: f"a{i}" for i, v in enumerate(plan.input_ids)}
+    args = ", ".join(names[v] for v in plan.input_ids)
+    k = len(plan.input_ids)
     body: list[tuple[str, int]] = []  # (line, step index)
-    plain_body: list[str] = []
+    unchecked_body: list[str] = []
     step_locals: list[tuple[str, ...]] = []
     counter = 0
-    for i, step in enumerate(steps):
+    for i, step in enumerate(plan.steps):
         ins = tuple(names[v] for v in step.inputs)
         step_locals.append(ins)
         outs: list[str] = []
@@ -94,20 +88,10 @@ def compile_graph(
         call_args = ", ".join(ins)
         # The trailing comment names the node, for anyone reading the generated code in a traceback.
         body.append((f"{target} = f{i}({call_args})  # {step.node.op} '{step.node.qualname}'", i))
-        plain_body.append(f"{target} = {module_expr(step.node.path)}({call_args})")
-    results = [names[v] for v in output_ids]
+        unchecked_body.append(f"{target} = {module_expr(step.node.path)}({call_args})")
+    results = [names[v] for v in plan.output_ids]
     ret = results[0] if len(results) == 1 else "(" + ", ".join(results) + ("," if len(results) == 1 else "") + ")"
-
-    sig_parts = [f"{a}.shape, {a}.dtype, {a}.device" for a in (names[v] for v in input_ids)]
-    sig = "(" + ", ".join([*sig_parts, "self._state_version"]) + ("," if not sig_parts else "") + ")"
-    cond = ["sig in sigs"]
-    if terms[0]:
-        cond.append("live == copies")
-    if terms[1]:
-        cond.append("not any(empty)")
-    if terms[2]:
-        cond.append("tuple(map(len, tensors)) == lens")
-        cond.append("tuple(map(is_, chain_values(map(dict_values, tensors)), NONE)) == nones")
+    sig = signature_source([names[v] for v in plan.input_ids])
 
     lines = [
         "def execute(self, args, kwargs):",
@@ -120,8 +104,8 @@ def compile_graph(
         "    try:",
         f"        sig = {sig}",
         "    except AttributeError:",
-        "        return validate(self, args)",
-        f"    if {' and '.join(cond)}:",
+        "        return validate(self, args, None)",
+        f"    if {' and '.join(guards)}:",
         "        try:",
     ]
     line_map: dict[int, int] = {}
@@ -135,11 +119,11 @@ def compile_graph(
         "            fail(self, exc)",
         "            raise",
         f"        return {ret}",
-        "    return validate(self, args)",
+        "    return validate(self, args, sig)",
         "",
-        f"def plain(self{', ' + args if k else ''}):",
+        f"def unchecked(self{', ' + args if k else ''}):",
         "    nodes = self.nodes",
-        *(f"    {text}" for text in plain_body),
+        *(f"    {text}" for text in unchecked_body),
         f"    return {ret}",
         "",
     ]
@@ -152,7 +136,7 @@ def compile_graph(
     filename = f"<hndl generated: {label} {digest}>"
     module_code = compile(source, filename, "exec")
     codes = {c.co_name: c for c in module_code.co_consts if isinstance(c, types.CodeType)}
-    compiled = Compiled(filename, source, codes["execute"], codes["plain"], line_map, tuple(step_locals))
+    compiled = Compiled(filename, source, codes["execute"], codes["unchecked"], line_map, tuple(step_locals))
     # mtime None: linecache.checkcache keeps entries that have no file behind them.
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     with _cache_lock:

@@ -2,9 +2,9 @@
 
 The call has two paths. The first call with a new *signature* (each input's shape, dtype and device, plus the
 model's state version) runs :meth:`GraphModule._validate`: every contract is checked and every node runs
-through ``nn.Module.__call__``. Later calls with a known signature take the generated fast path (see
-:mod:`._codegen`), which re-checks only that the registered state still looks as it did (:mod:`._stores`)
-and then runs the layers. SPEC.md section 11 is the behaviour; IMPLEMENTATION.md "The checked runtime" is the
+through ``nn.Module.__call__``. Later calls take the generated fast path (see :mod:`._codegen`) while the
+guards of :mod:`._guards` hold (a known signature, registered state that still looks as recorded), and run the
+layers. SPEC.md section 11 is the behaviour; IMPLEMENTATION.md "The checked runtime" is the
 design.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -20,13 +20,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._check import CheckedGraph, flatten, resolve_outputs
 from .._errors import HndlError, Problem
-from .._graph import Graph
+from .._plan import Plan
 from . import _hooks
 from ._codegen import Compiled, compile_graph, make_function
-from ._state import BuildState, _walk
-from ._stores import NONE, StoresRecord, take_record
+from ._guards import VERSION_ATTR, StoresRecord, bump, call_guards, global_hooks_active, hook_dicts, take_record
+from ._state import BuildState, walk_modules
 from ._validate import check_inputs, check_state, layer_failure, run_checked
 
 __all__ = ["GraphModule", "SIGNATURE_CACHE_SIZE"]
@@ -38,7 +37,7 @@ SIGNATURE_CACHE_SIZE = 64
 _is_compiling = torch.compiler.is_compiling
 
 # Attributes rebuilt for every instance (after deepcopy, copy or unpickling) rather than copied.
-_RUNTIME_KEYS = ("_signatures", "_lock", "_runtime", "_owned", "_state_version", "_signatures_version")
+_RUNTIME_KEYS = ("_signatures", "_lock", "_runtime", "_owned", VERSION_ATTR, "_signatures_version")
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,7 +46,7 @@ class _Runtime:
 
     stores: StoresRecord
     execute: Callable[..., Any]  # execute(self, args, kwargs): the checked call
-    plain: Callable[..., Any]  # plain(self, *inputs): the unchecked call (torch.compile)
+    unchecked: Callable[..., Any]  # unchecked(self, *inputs): the call traced under torch.compile
     compiled: Compiled
     hooked: tuple[bool, ...]  # per step: called through nn.Module.__call__
 
@@ -66,20 +65,22 @@ class GraphModule(nn.Module):
     counts full validations. The signature cache holds at most :data:`SIGNATURE_CACHE_SIZE` signatures per
     model (the oldest is forgotten first) and is safe to use from many threads.
 
-    **What makes the next call validate again:** a parameter, buffer or submodule registered on a module of
-    the model (PyTorch's registration hooks: ``m.weight = nn.Parameter(...)``, ``m.bias = None``,
-    ``register_buffer``); ``.to()``, ``.half()``, ``.double()``, ``.cuda()``; and, found by comparing the stores
-    record on every call, hookless edits: ``del m.weight``, direct writes to ``_parameters``, ``_buffers`` or
-    ``_modules`` that remove an entry, set it to ``None``, add one, or replace a submodule, and a hook added to a
-    node's module or globally. A change that breaks the build raises ``E_RUNTIME`` naming the node and the
-    change; putting the original back makes the next call validate and pass. ``train()``/``eval()`` do not
-    revalidate.
+    **What makes the next call validate again** (all of it is decided in ``hndl/torch/_guards.py``): a
+    parameter, buffer or submodule registered on a module of the model (PyTorch's registration hooks:
+    ``m.weight = nn.Parameter(...)``, ``register_buffer``, assigning a submodule); ``.to()``, ``.half()``,
+    ``.double()``, ``.cuda()``; and, found by comparing the stores record on every call, edits no hook reports:
+    ``m.bias = None`` (PyTorch runs its registration hooks for real values only), ``del m.weight``, direct
+    writes to ``_parameters``, ``_buffers`` or ``_modules`` that remove an entry, set it to ``None``, add one,
+    or replace a submodule, and a hook added to a node's module or globally. A change that breaks the build
+    raises ``E_RUNTIME`` naming the node and the change; putting the original back makes the next call validate
+    and pass. ``train()``/``eval()`` do not revalidate.
 
     **Not detected** (the fast path keeps running the recorded modules): a tensor swapped in under its
     registered name (what ``torch.func.functional_call`` does; it stays on the fast path and is not kept
     alive); a whole store dict replaced (``m._parameters = {...}``); a reordering of a dict; one name removed
     and another added in the same ``_parameters``/``_buffers`` between two calls; a submodule replaced by one
-    whose ``__eq__`` says it equals the old one; ``forward`` reassigned on a layer instance.
+    whose ``__eq__`` says it equals the old one; ``forward`` reassigned on a layer instance; one layer
+    converted on its own (``model.nodes.n_hidden.half()``: convert the whole model).
 
     Under ``torch.compile`` no check runs: the layers are called through ``__call__`` and Dynamo sees plain
     module calls.
@@ -100,19 +101,58 @@ class GraphModule(nn.Module):
     _runtime: _Runtime
     _state_version: int
 
-    def __init__(self, graph: Graph, checked: CheckedGraph, nodes: nn.ModuleDict) -> None:
+    def __init__(self, plan: Plan, nodes: nn.ModuleDict) -> None:
         super().__init__()
         self.nodes = nodes
-        self.graph = graph
-        self._checked = checked
-        self._steps = tuple(flatten(checked))
-        self._input_names = tuple(checked.input_names)
-        self._input_ids = tuple(checked.input_ids)
-        self._output_ids = tuple(resolve_outputs(checked))
-        self._locations = {step.node.qualname: step.node.location for step in self._steps}
-        self._build_state = BuildState.take(self, checked)
+        self.graph = plan.checked.graph
+        self._plan = plan
+        self._build_state = BuildState.take(self, plan)
         self.validations = 0
         self._init_runtime()
+
+    # -- what the model is made of (public, read-only) ------------------------------------------------------
+
+    @property
+    def plan(self) -> Plan:
+        """The :class:`~hndl.Plan` this model runs: its leaf steps in order, input and output value ids, each
+        value's last use and each node's spec location. Shared by the CLI and hndl-func; never changes."""
+        return self._plan
+
+    @property
+    def build_state(self) -> BuildState:
+        """What the build registered: every module, parameter and buffer with its shape, dtype and owning node.
+
+        A validation compares the live tree with it (``E_RUNTIME`` on a mismatch); :func:`hndl.func.functional_call`
+        checks parameter dicts against it. Dtypes follow a conversion of the whole model.
+        """
+        return self._build_state
+
+    @property
+    def state_version(self) -> int:
+        """A number that changes whenever the registered state may have changed (a registration PyTorch's hooks
+        report, a conversion such as ``.half()``): a call validates again after it changes. Versions come from
+        one process-wide counter and are never reused. Cheap to read: one dict lookup."""
+        version: int = self.__dict__[VERSION_ATTR]
+        return version
+
+    @property
+    def code(self) -> str:
+        """The Python source generated for this model's call, as tracebacks and debuggers show it.
+
+        ``execute`` is the checked call (the guards, then one line per leaf step, each commented with its node);
+        ``unchecked`` is the call traced under ``torch.compile``. Regenerated when the stores record is retaken.
+        """
+        return self._runtime.compiled.source
+
+    def node_module(self, path: Sequence[str]) -> nn.Module | None:
+        """The live module at a node's path under ``nodes`` (``step.node.path`` of a :attr:`plan` step), or
+        ``None`` when something on the way was removed or set to ``None``."""
+        module: Any = self._modules.get("nodes")
+        for key in path:
+            if module is None:
+                return None
+            module = module._modules.get(key)
+        return module
 
     # -- runtime state --------------------------------------------------------------------------------------
 
@@ -122,81 +162,50 @@ class GraphModule(nn.Module):
         d["_signatures_version"] = None
         d["_lock"] = threading.RLock()
         d["_owned"] = frozenset()
-        _hooks.bump(self)
+        bump(self)
         self._install(self._leaves())
 
-    def _find(self, path: tuple[str, ...]) -> nn.Module | None:
-        module: Any = self._modules.get("nodes")
-        for key in path:
-            if module is None:
-                return None
-            module = module._modules.get(key)
-        return module
-
-    def _module_at(self, path: tuple[str, ...]) -> nn.Module:
-        module = self._find(path)
-        if module is None:
-            raise HndlError(
-                Problem("E_RUNTIME", f"no module at nodes.{'.'.join(path)}: the model's submodules were changed")
-            )
-        return module
-
     def _leaves(self) -> list[nn.Module | None]:
-        return [self._find(step.node.path) for step in self._steps]
+        return [self.node_module(step.node.path) for step in self._plan.steps]
 
     def _install(self, leaves: list[nn.Module | None], stores: StoresRecord | None = None) -> None:
         """Take the stores record (unless given), generate the call for it and publish both atomically."""
         present = [m for m in leaves if m is not None]
         if stores is None:
             stores = take_record(self, present)
-        global_hooks = _hooks.global_hooks_active()
-        hooked = tuple(m is None or global_hooks or any(_hooks.hook_dicts(m)) for m in leaves)
+        global_hooks = global_hooks_active()
+        hooked = tuple(m is None or global_hooks or any(hook_dicts(m)) for m in leaves)
         current = self.__dict__.get("_runtime")
-        compiled = compile_graph(
-            self._input_ids,
-            self._steps,
-            self._output_ids,
-            hooked,
-            (bool(stores.live), bool(stores.empty), bool(stores.tensors)),
-            self.graph.name,
+        guards = [guard.source for guard in call_guards(stores)]
+        compiled = compile_graph(self._plan, hooked, guards, self.graph.name)
+        namespace = stores.namespace
+        namespace.update(
+            sigs=self._signatures,
+            bind=GraphModule._bind,
+            validate=GraphModule._validate,
+            fail=partial(_fast_failure, compiled),
         )
-        namespace: dict[str, Any] = {
-            "sigs": self._signatures,
-            "live": stores.live,
-            "copies": stores.copies,
-            "empty": stores.empty,
-            "lens": stores.lens,
-            "tensors": stores.tensors,
-            "nones": stores.nones,
-            "NONE": NONE,
-            "is_": __import__("operator").is_,
-            "chain_values": __import__("itertools").chain.from_iterable,
-            "dict_values": dict.values,
-            "bind": GraphModule._bind,
-            "validate": GraphModule._validate,
-            "fail": partial(_fast_failure, compiled),
-        }
         for i, module in enumerate(leaves):
             # A missing module can only be met after validation, which reports it; never called before.
             namespace[f"f{i}"] = _missing if module is None else (module if hooked[i] else module.forward)
         execute = make_function(compiled.execute, namespace)
-        plain = current.plain if current is not None and current.compiled is compiled else None
-        if plain is None:
-            plain = make_function(compiled.plain, {})
-        self.__dict__["_runtime"] = _Runtime(stores, execute, plain, compiled, hooked)
-        self.__dict__["_owned"] = _hooks.own(self, (m for _p, m in _walk(self)), self._owned)
+        unchecked = current.unchecked if current is not None and current.compiled is compiled else None
+        if unchecked is None:
+            unchecked = make_function(compiled.unchecked, {})
+        self.__dict__["_runtime"] = _Runtime(stores, execute, unchecked, compiled, hooked)
+        self.__dict__["_owned"] = _hooks.own(self, (m for _p, m in walk_modules(self)), self._owned)
 
     # -- calling --------------------------------------------------------------------------------------------
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if _is_compiling():
             # Before any comparison: Dynamo traces plain module calls, and no Python state is consulted.
-            inputs = args if not kwargs and len(args) == len(self._input_names) else self._bind(args, kwargs)
-            return self._runtime.plain(self, *inputs)
+            inputs = args if not kwargs and len(args) == len(self._plan.input_names) else self._bind(args, kwargs)
+            return self._runtime.unchecked(self, *inputs)
         return self._runtime.execute(self, args, kwargs)
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-        names = self._input_names
+        names = self._plan.input_names
         if len(args) > len(names):
             raise HndlError(
                 Problem(
@@ -236,35 +245,43 @@ class GraphModule(nn.Module):
             )
         return tuple(values[n] for n in names)
 
-    def _validate(self, inputs: tuple[Any, ...]) -> Any:
+    def _validate(self, inputs: tuple[Any, ...], sig: tuple[Any, ...] | None) -> Any:
         """The full check of one call; returns this run's outputs (no node runs twice for one call).
+
+        ``sig`` is the signature the generated call built (``None`` when an input has no shape: then the input
+        check fails); it is remembered once the call passes.
 
         Raises:
             HndlError: E_INPUT, E_RUNTIME (registered state, or a layer failed) or E_CONTRACT.
         """
         with self._lock:
             self.validations += 1
-        version = self._state_version
-        env = check_inputs(self._checked, inputs)
-        check_state(self._build_state, self, self._locations)
+        plan = self._plan
+        env = check_inputs(plan.checked, inputs)
+        check_state(self._build_state, self, plan.locations)
         leaves = self._leaves()
         # The registered state has just been found to match the build: this is the state to record.
         stores = take_record(self, [m for m in leaves if m is not None])
-        values: dict[str, Any] = dict(zip(self._input_ids, inputs))
-        run_checked(self._steps, leaves, values, env)  # type: ignore[arg-type]
-        sig = (*(part for x in inputs for part in (x.shape, x.dtype, x.device)), version)
+        values: dict[str, Any] = dict(zip(plan.input_ids, inputs))
+        run_checked(plan.steps, leaves, values, env)  # type: ignore[arg-type]
         with self._lock:
             self._install(leaves, stores)
-            sigs = self._signatures
-            if self._signatures_version != version:
-                sigs.clear()  # signatures of an older state version can never match again
-                self.__dict__["_signatures_version"] = version
-            if sig not in sigs:
-                while len(sigs) >= SIGNATURE_CACHE_SIZE:
-                    del sigs[next(iter(sigs))]
-                sigs[sig] = None
-        outs = tuple(values[v] for v in self._output_ids)
+            if sig is not None:
+                self._remember(sig)
+        outs = tuple(values[v] for v in plan.output_ids)
         return outs[0] if len(outs) == 1 else outs
+
+    def _remember(self, sig: tuple[Any, ...]) -> None:
+        """Add a signature that passed (under the lock); the last item of a signature is its state version."""
+        version = sig[-1]
+        sigs = self._signatures
+        if self._signatures_version != version:
+            sigs.clear()  # signatures of an older state version can never match again
+            self.__dict__["_signatures_version"] = version
+        if sig not in sigs:
+            while len(sigs) >= SIGNATURE_CACHE_SIZE:
+                del sigs[next(iter(sigs))]
+            sigs[sig] = None
 
     # -- state changes PyTorch's hooks do not report ------------------------------------------------------------
 
@@ -274,7 +291,7 @@ class GraphModule(nn.Module):
         state = self.__dict__.get("_build_state")
         if state is not None:
             state.refresh_dtypes(self)
-        _hooks.bump(self)
+        bump(self)
         return result
 
     # -- copying and pickling -------------------------------------------------------------------------------
@@ -318,4 +335,4 @@ def _fast_failure(compiled: Compiled, self: GraphModule, exc: BaseException) -> 
         raise HndlError(Problem("E_RUNTIME", f"the call failed: {type(exc).__name__}: {exc}")) from exc
     frame_locals = tb.tb_frame.f_locals
     ins = [frame_locals.get(name) for name in compiled.step_locals[index]]
-    raise layer_failure(self._steps[index].node, ins, exc) from exc
+    raise layer_failure(self._plan.steps[index].node, ins, exc) from exc

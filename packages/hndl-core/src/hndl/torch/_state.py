@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._check import CheckedGraph, flatten
+from .._plan import Plan
 
-__all__ = ["BuildState", "ModuleSlot", "TensorSlot"]
+__all__ = ["BuildState", "ModuleSlot", "TensorSlot", "walk_modules"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,14 @@ class ModuleSlot:
 
 
 class BuildState:
-    """The registered state of a freshly built GraphModule, keyed by dotted name."""
+    """The registered state of a freshly built GraphModule (``GraphModule.build_state``), keyed by dotted name.
+
+    Attributes:
+        modules: every module of the tree as built, ``{path: ModuleSlot}``; ``""`` is the GraphModule itself.
+        tensors: every parameter and buffer as built, ``{state_dict name: TensorSlot}``. The dtypes follow a
+            conversion of the whole model (``.half()``, ``.to(dtype)``); the shapes never change.
+        graph_name: the name of the graph the model was built from.
+    """
 
     def __init__(self, modules: dict[str, ModuleSlot], tensors: dict[str, TensorSlot], graph_name: str) -> None:
         self.modules = modules
@@ -53,13 +60,14 @@ class BuildState:
         self.graph_name = graph_name
 
     @classmethod
-    def take(cls, root: nn.Module, checked: CheckedGraph) -> BuildState:
+    def take(cls, root: nn.Module, plan: Plan) -> BuildState:
+        """Record ``root``'s tree as it is now, each name owned by the node of ``plan`` whose module holds it."""
         owners: dict[str, tuple[str, str]] = {}
-        for step in flatten(checked):
+        for step in plan.steps:
             owners["nodes." + ".".join(step.node.path)] = (step.node.qualname, step.node.op)
         modules: dict[str, ModuleSlot] = {}
         tensors: dict[str, TensorSlot] = {}
-        for path, module in _walk(root):
+        for path, module in walk_modules(root):
             node, op = _owner(path, owners)
             modules[path] = ModuleSlot(
                 path=path,
@@ -81,7 +89,7 @@ class BuildState:
                         node=node,
                         op=op,
                     )
-        return cls(modules, tensors, checked.graph.name)
+        return cls(modules, tensors, plan.checked.graph.name)
 
     def refresh_dtypes(self, root: nn.Module) -> None:
         """Adopt the live dtypes (after ``.half()``, ``.to(dtype)``): a conversion is not a mismatch."""
@@ -171,28 +179,12 @@ class BuildState:
                     stack.append((child_path, child))
         return changes
 
-    def check_tensor(self, name: str, value: Any) -> str:
-        """Why ``value`` cannot stand in for the built tensor ``name``, or ``""`` when it can."""
-        slot = self.tensors.get(name)
-        if slot is None:
-            return f"'{name}' is not a parameter or buffer of the build"
-        if not isinstance(value, torch.Tensor):
-            return f"'{name}' must be a tensor, got {type(value).__name__}"
-        if slot.shape is not None and tuple(value.shape) != slot.shape:
-            return f"'{name}' has shape {list(value.shape)}, the build made {list(slot.shape)}"
-        if slot.dtype is not None and value.dtype != slot.dtype:
-            return f"'{name}' has dtype {_dtype(value.dtype)}, the build made {_dtype(slot.dtype)}"
-        return ""
 
-    def names(self, kind: str | None = None) -> list[str]:
-        return [n for n, s in self.tensors.items() if kind is None or s.kind == kind]
+def walk_modules(root: nn.Module) -> Iterator[tuple[str, nn.Module]]:
+    """Every module of ``root``'s tree with its dotted path (``""`` for ``root``), depth first.
 
-
-def _dtype(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def _walk(root: nn.Module) -> Iterator[tuple[str, nn.Module]]:
+    Reads ``_modules`` directly, without ``named_modules``' deduplication: a shared module is met on every path.
+    """
     stack: list[tuple[str, nn.Module]] = [("", root)]
     while stack:
         path, module = stack.pop()
@@ -203,7 +195,7 @@ def _walk(root: nn.Module) -> Iterator[tuple[str, nn.Module]]:
 
 
 def _named_tensors(root: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    for path, module in _walk(root):
+    for path, module in walk_modules(root):
         for store in (module._parameters, module._buffers):
             for name, value in store.items():
                 if value is not None:

@@ -7,17 +7,19 @@ GraphModule raise them as one :class:`~hndl.HndlError` at the boundary.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
 
-from .._check import CheckedGraph, CheckedNode, Step
+from .._check import CheckedGraph, CheckedNode
 from .._contracts import TensorType, Variadic, dtype_satisfies, format_shape, is_unknown
 from .._dims import DimError, evaluate, format_dim, free_symbols
 from .._errors import HndlError, Problem, describe_node
+from .._plan import Step
+from ..naming import dtype_name
 from ._state import BuildState
 
 __all__ = [
@@ -27,10 +29,6 @@ __all__ = [
     "run_checked",
     "shape_text",
 ]
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def shape_text(value: Any) -> str:
@@ -123,7 +121,7 @@ def _device_matches(device: torch.device, wanted: str) -> bool:
 # --- registered state -----------------------------------------------------------------------------------
 
 
-def check_state(state: BuildState, root: nn.Module, locations: dict[str, str | None]) -> None:
+def check_state(state: BuildState, root: nn.Module, locations: Mapping[str, str | None]) -> None:
     """Compare the live module tree with the build.
 
     Raises:
@@ -201,9 +199,9 @@ def shape_reason(static: TensorType, actual: tuple[int, ...], env: dict[str, Any
     head, tail, open_run, shown = _expected(static.shape, env)
     expected_text = "[" + ", ".join(shown) + "]"
     rank = len(actual)
-    fixed = len(head) + len(tail)
-    if (not open_run and rank != fixed) or (open_run and rank < fixed):
-        wanted = f">= {fixed}" if open_run else str(fixed)
+    listed = len(head) + len(tail)  # dims the shape writes out, around an open run
+    if (not open_run and rank != listed) or (open_run and rank < listed):
+        wanted = f">= {listed}" if open_run else str(listed)
         return f"expected rank {wanted}, got rank {rank}", expected_text
     pairs = list(enumerate(head)) + [(rank - len(tail) + i, t) for i, t in enumerate(tail)]
     for index, (value, written) in pairs:

@@ -153,7 +153,7 @@ def _check_stack(base: nn.Module, params: Mapping[str, Any], buffers: Mapping[st
             )
         )
     if isinstance(params, Mapping) and isinstance(buffers, Mapping):
-        state = getattr(base, "_build_state", None)
+        state = base.build_state if isinstance(base, GraphModule) else None
         given = set(params) | set(buffers)
         for name, tensor in (*base.named_parameters(), *base.named_buffers()):
             if name in given:
@@ -188,7 +188,7 @@ def _structure(model: GraphModule) -> dict[str, Any]:
 def _difference(
     first: GraphModule, reference: dict[str, Any], model: GraphModule, structure: dict[str, Any], index: int
 ) -> Problem | None:
-    state = first._build_state
+    state = first.build_state
 
     def problem(message: str, name: str, expected: Any, actual: Any) -> Problem:
         node, op = state.owner_of(name)

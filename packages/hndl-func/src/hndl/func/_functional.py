@@ -13,8 +13,8 @@ build, so the same check (and the same cached signature) serves plain calls and 
 
 from __future__ import annotations
 
-import difflib
 import operator
+import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -24,7 +24,8 @@ from torch import nn
 from torch.func import functional_call as _torch_functional_call
 
 from hndl import HndlError, Problem
-from hndl.torch import GraphModule
+from hndl.naming import dtype_name, suggestion
+from hndl.torch import BuildState, GraphModule
 
 __all__ = ["functional_call"]
 
@@ -34,8 +35,11 @@ _MAX_SIGNATURES = 32
 # Passing signatures per module instance, with the module's state version they were checked at: a conversion
 # (.half(), .double()) or a registration gives the module a new version, and the dtypes a dict must have may
 # have changed with it. Weak keys: the record never keeps a module alive, and a deepcopy or an unpickled module
-# starts with an empty record of its own.
-_SEEN: weakref.WeakKeyDictionary[nn.Module, tuple[Any, dict[Any, None]]] = weakref.WeakKeyDictionary()
+# starts with an empty record of its own. Reads take no lock (a dict lookup is atomic); every write, and the
+# eviction that reads the oldest key and then deletes it, happens under _SEEN_LOCK, so threads calling one
+# module never evict the same key twice or lose each other's entries.
+_SEEN: weakref.WeakKeyDictionary[nn.Module, tuple[int, dict[Any, None]]] = weakref.WeakKeyDictionary()
+_SEEN_LOCK = threading.Lock()
 
 # shape and dtype of a tensor in one C call; raises AttributeError for a non-tensor (-> slow path). The device is
 # left out on purpose: the check does not depend on it (a meta-device module takes real tensors), so adding it
@@ -99,7 +103,7 @@ def functional_call(
 
 
 def _check(module: GraphModule, params_and_buffers: Any, strict: bool, tie_weights: bool) -> None:
-    version = module.__dict__.get("_state_version")
+    version = module.state_version
     record = _SEEN.get(module)
     seen = record[1] if record is not None and record[0] == version else None
     try:
@@ -128,24 +132,34 @@ def _check(module: GraphModule, params_and_buffers: Any, strict: bool, tie_weigh
     if problems:
         title = f"parameter dict for graph '{module.graph.name}'" if len(problems) > 1 else None
         raise HndlError(problems, title=title)
-    if signature is None:
-        return
-    if seen is None:
-        seen = {}
-        _SEEN[module] = (version, seen)
-    if len(seen) >= _MAX_SIGNATURES:
-        del seen[next(iter(seen))]
-    seen[signature] = None
+    if signature is not None:
+        _remember(module, version, signature)
+
+
+def _remember(module: GraphModule, version: int, signature: Any) -> None:
+    """Record a signature that passed at ``version`` (a newer record for the module is replaced: at worst a
+    signature is checked once more)."""
+    with _SEEN_LOCK:
+        record = _SEEN.get(module)
+        if record is None or record[0] != version:
+            record = (version, {})
+            _SEEN[module] = record
+        seen = record[1]
+        if signature in seen:
+            return
+        while len(seen) >= _MAX_SIGNATURES:
+            del seen[next(iter(seen))]
+        seen[signature] = None
 
 
 def _problems(module: GraphModule, params_and_buffers: Any, strict: bool, tie_weights: bool) -> list[Problem]:
     """Everything wrong with ``params_and_buffers`` for ``module``; empty when it matches the build."""
-    state = module._build_state
+    state = module.build_state
     dicts = _as_dicts(params_and_buffers)
     if isinstance(dicts, Problem):
         return [dicts]
     live = _live_tensors(module)
-    locations = _node_locations(module)
+    locations = module.plan.locations
     problems: list[Problem] = []
     given: dict[str, int] = {}
     for index, mapping in enumerate(dicts):
@@ -213,14 +227,14 @@ def _as_dicts(params_and_buffers: Any) -> list[Mapping[Any, Any]] | Problem:
 
 
 def _check_value(
-    state: Any, live: dict[str, torch.Tensor], locations: dict[str, str | None], key: str, value: Any
+    state: BuildState, live: dict[str, torch.Tensor], locations: Mapping[str, str | None], key: str, value: Any
 ) -> Problem | None:
     slot = state.tensors.get(key)
     if slot is None:
-        close = difflib.get_close_matches(key, list(state.tensors), n=1, cutoff=0.5)
-        hint = f"did you mean '{close[0]}'?" if close else "keys are state_dict names, e.g. 'nodes.n_<node>.weight'"
+        hint = suggestion(key, state.tensors) or "keys are state_dict names, e.g. 'nodes.n_<node>.weight'"
         return Problem("E_PARAMS", f"unknown key '{key}': the build has no parameter or buffer of that name", hint=hint)
-    where = {"node": slot.node, "op": slot.op, "location": locations.get(slot.node)}
+    location = locations.get(slot.node) if slot.node is not None else None
+    where: dict[str, Any] = {"node": slot.node, "op": slot.op, "location": location}
     if not isinstance(value, torch.Tensor):
         return Problem(
             "E_PARAMS",
@@ -258,8 +272,8 @@ def _check_value(
         return Problem(
             "E_PARAMS",
             f"{slot.kind} '{key}' has the wrong dtype",
-            expected=_dtype_name(dtype),
-            actual=_dtype_name(value.dtype),
+            expected=dtype_name(dtype),
+            actual=dtype_name(value.dtype),
             hint=f"convert it with .to({dtype}), or convert the module first",
             **where,
         )
@@ -287,19 +301,6 @@ def _tied_groups(module: nn.Module) -> list[set[str]]:
     return [names for names in by_id.values() if len(names) > 1]
 
 
-def _node_locations(module: GraphModule) -> dict[str, str | None]:
-    from hndl._check import flatten
-
-    checked = getattr(module, "_checked", None)
-    if checked is None:
-        return {}
-    return {step.node.qualname: step.node.location for step in flatten(checked)}
-
-
 def _describe(shape: tuple[int, ...] | None, dtype: torch.dtype | None) -> str:
     text = "None" if shape is None else str(list(shape))
-    return f"{text} {_dtype_name(dtype)}" if dtype is not None else text
-
-
-def _dtype_name(dtype: torch.dtype | None) -> str:
-    return str(dtype).removeprefix("torch.")
+    return f"{text} {dtype_name(dtype)}" if dtype is not None else text

@@ -30,7 +30,7 @@ def param_shapes(model: nn.Module, *, buffers: bool = False) -> dict[str, torch.
         >>> sizes = [s.numel() for s in shapes.values()]  # doctest: +SKIP
         >>> params = dict(zip(shapes, (c.view(s) for c, s in zip(flat.split(sizes), shapes.values()))))  # doctest: +SKIP
     """
-    state = model._build_state if isinstance(model, GraphModule) else None
+    state = model.build_state if isinstance(model, GraphModule) else None
     items: list[tuple[str, torch.Tensor]] = list(model.named_parameters())
     if buffers:
         items += list(model.named_buffers())

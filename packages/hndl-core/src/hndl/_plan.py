@@ -1,0 +1,96 @@
+"""Lowering: a checked graph, once, as the flat list of leaf steps that runs it.
+
+The checker proves a graph right and keeps its nesting (a ``graph`` node holds one checked subgraph per
+repetition). Everything that *runs* a graph wants it flat: the GraphModule's validation and generated code, the
+``hndl`` command's node table, hndl-func's parameter check. :func:`lower` flattens it once into a
+:class:`Plan`; they all read that plan. Subgraph inputs and outputs are aliases, not values: a step's inputs
+and the plan's outputs name the values they finally refer to. No torch here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ._check import CheckedGraph, CheckedNode
+
+__all__ = ["Plan", "Step", "lower"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One leaf node to run: its checked node, and the value ids it reads and writes."""
+
+    node: CheckedNode
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """A checked graph lowered to the leaf steps that run it, in order (read-only).
+
+    Attributes:
+        checked: the checked graph this plan was lowered from (its ``graph`` is the model's :class:`~hndl.Graph`).
+        steps: the leaf nodes in execution order; ``graph`` nodes and repeats are flattened away.
+        input_names: the graph's input names, in call order.
+        input_ids: the value ids of the inputs, in the same order.
+        output_ids: the value ids the graph returns, resolved through subgraph aliases (an output may be an
+            input).
+        last_use: for every value (each input and each step output), the index of the last step that reads it;
+            after that step nothing needs it. The graph's outputs live to the end (``len(steps)``); a value
+            nothing reads has the index of the step that makes it (``-1`` for an input).
+        locations: each leaf node's spec location (``file:line:col`` or ``None``), by qualified name.
+    """
+
+    checked: CheckedGraph
+    steps: tuple[Step, ...]
+    input_names: tuple[str, ...]
+    input_ids: tuple[str, ...]
+    output_ids: tuple[str, ...]
+    last_use: Mapping[str, int]
+    locations: Mapping[str, str | None]
+
+
+def lower(checked: CheckedGraph) -> Plan:
+    """Flatten ``checked`` into its :class:`Plan`: steps, input and output value ids, each value's last use."""
+    steps: list[Step] = []
+    alias: dict[str, str] = {}
+    _flatten_into(checked, alias, steps)
+    output_ids = tuple(alias.get(v, v) for v in checked.output_ids)
+    last_use: dict[str, int] = dict.fromkeys(checked.input_ids, -1)
+    for index, step in enumerate(steps):
+        for value in step.inputs:
+            last_use[value] = index
+        for value in step.outputs:
+            last_use[value] = index
+    for value in output_ids:
+        last_use[value] = len(steps)
+    return Plan(
+        checked=checked,
+        steps=tuple(steps),
+        input_names=tuple(checked.input_names),
+        input_ids=tuple(checked.input_ids),
+        output_ids=output_ids,
+        last_use=last_use,
+        locations={step.node.qualname: step.node.location for step in steps},
+    )
+
+
+def _flatten_into(cg: CheckedGraph, alias: dict[str, str], steps: list[Step]) -> None:
+    """Append ``cg``'s leaf steps; record in ``alias`` what each ``graph`` node's outputs finally refer to."""
+
+    def resolve(v: str) -> str:
+        return alias.get(v, v)
+
+    for node in cg.nodes:
+        if node.body:
+            current = [resolve(v) for v in node.inputs]
+            for sub in node.body:
+                inner_alias = dict(zip(sub.input_ids, current))
+                _flatten_into(sub, inner_alias, steps)
+                current = [inner_alias.get(v, v) for v in sub.output_ids]
+            for out_id, value in zip(node.outputs, current):
+                alias[out_id] = value
+        else:
+            steps.append(Step(node, tuple(resolve(v) for v in node.inputs), tuple(node.outputs)))
