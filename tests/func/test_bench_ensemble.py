@@ -18,8 +18,10 @@ compares the fastest round's median per side (DESIGN.md, "How performance is mea
 :class:`harness.Comparison`. One torch thread, as in benchmarks/. The target for ensemble_call is 1.05x; the
 assertion (1.1x) is a gross-regression check, because a shared machine moves a ratio by a few percent.
 
-Measured on the shared 2-core development machine (torch 2.13 CPU, other sessions running, load average 1-3):
-see the report table this test prints; IMPLEMENTATION.md ("Ensembles") has the figures of the last change.
+Measured on the shared 2-core development machine (torch 2.13 CPU, other sessions running, load average 3-4),
+two runs, before -> after the stack-signature record: 8 members eval 1.10x -> 1.03x / 1.03x, 64 eval 1.04x ->
+1.00x / 1.01x, 8 train 1.07x -> 1.02x / 1.02x, 64 train 1.09x -> 1.01x (see ALLOCATOR_BOUND); hypernetwork
+1.01-1.02x, MAML 1.01x. An A/A comparison (torch.func against itself) spreads ~1% on that machine.
 
 Run with ``python -m pytest -q -s -p no:cacheprovider -m benchmark tests/func``.
 """
@@ -52,6 +54,12 @@ pytestmark = pytest.mark.benchmark
 TARGET = 1.05
 #: What the test asserts: a gross-regression bound (a shared machine moves a ratio by a few percent).
 TOLERANCE = 1.1
+#: The bound for 64 members in train mode. Its ~2 MB of activations and autograd buffers per call sit at glibc's
+#: dynamic mmap/trim thresholds, so whether a side's allocations page-fault depends on the heap layout of the
+#: process: its ratio swung from 0.92x to 1.40x between processes with call-for-call identical Python work, and
+#: stays at 1.005-1.018x with ``MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296`` set. As for
+#: conv_stack in benchmarks/, the wide bound is a gross-regression check; run with those variables for the figure.
+ALLOCATOR_BOUND = 2.0
 
 
 @pytest.fixture(autouse=True)
@@ -125,7 +133,8 @@ def ensemble_row(members: int, train: bool) -> Row:
 
     assert torch.equal(ours(), theirs())
     mode = "train, BatchNorm" if train else "eval"
-    return Row(f"ensemble_call, {members} x MLP 64-128-10, batch 32, {mode}", interleaved(ours, theirs), TOLERANCE)
+    bound = ALLOCATOR_BOUND if train and members == 64 else TOLERANCE
+    return Row(f"ensemble_call, {members} x MLP 64-128-10, batch 32, {mode}", interleaved(ours, theirs), bound)
 
 
 def docs_model() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
@@ -192,5 +201,7 @@ def test_ensembles_and_recipes_cost_about_what_torch_func_costs():
     for row in rows:
         c = row.comparison
         print(f"{row.case:<{width}}  {fmt_us(c.hndl):>12}  {fmt_us(c.twin):>12}  {c.ratio:.3f}x")
-    slow = [f"{row.case}: {row.comparison.ratio:.2f}x" for row in rows if row.comparison.ratio >= row.bound]
-    assert slow == [], f"more than {TOLERANCE}x torch.func: {slow}"
+    slow = [
+        f"{row.case}: {row.comparison.ratio:.2f}x >= {row.bound}x" for row in rows if row.comparison.ratio >= row.bound
+    ]
+    assert slow == [], f"slower than the bound against torch.func: {slow}"
