@@ -122,8 +122,9 @@ def test_models_from_different_graphs_cannot_be_stacked(make_mlp):
         hndl.HndlError, match=r"model 1 is not built like model 0: it has an extra module 'nodes\.n_norm'"
     ):
         hf.stack([make_mlp(), make_mlp(norm=True)])
-    with pytest.raises(hndl.HndlError, match="differs in dtype"):
+    with pytest.raises(hndl.HndlError, match="differs in dtype") as info:
         hf.stack([make_mlp(), make_mlp().double()])
+    assert (info.value.problems[0].expected, info.value.problems[0].actual) == ("float32", "float64")
 
 
 def test_stack_rejects_an_empty_list_and_plain_modules(mlp):
@@ -164,3 +165,193 @@ def test_ensemble_of_a_graph_with_several_inputs(x):
         alone_a, alone_b = model(x, x + 1)
         torch.testing.assert_close(out_a[i], alone_a)
         torch.testing.assert_close(out_b[i], alone_b)
+
+
+# A stack is checked once per stack signature (names, shapes, dtypes, devices of the stacked tensors, and the
+# base's state version); every change to it is E_PARAMS on the very next call.
+
+
+@pytest.fixture
+def stack_checks(monkeypatch):
+    """Counts how often ensemble_call walks a stack (the check a known stack skips)."""
+    import hndl.func._ensemble as ensemble_module
+
+    calls = []
+    check = ensemble_module._check_stack
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(ensemble_module, "_check_stack", counted)
+    return calls
+
+
+def test_a_known_stack_is_not_walked_again_on_later_calls(members, x, stack_checks):
+    params, buffers, base = hf.stack(members)
+    first = hf.ensemble_call(base, params, buffers, x)
+    for _ in range(3):
+        assert torch.equal(hf.ensemble_call(base, params, buffers, x), first)
+    assert len(stack_checks) == 1
+    # new dicts holding the same tensors (or others of the same shapes) have the same signature
+    hf.ensemble_call(base, dict(params), dict(buffers), x)
+    hf.ensemble_call(base, {k: v.detach().clone() for k, v in params.items()}, {}, x)
+    assert len(stack_checks) == 1
+
+
+def test_a_known_stack_in_train_mode_still_updates_batchnorm_statistics_every_call(make_mlp, x, stack_checks):
+    models = [make_mlp(norm=True, seed=seed) for seed in range(2)]
+    params, buffers, base = hf.stack(models)
+    for _ in range(3):
+        out = hf.ensemble_call(base, params, buffers, x)
+        for i, model in enumerate(models):
+            torch.testing.assert_close(out[i], model(x))
+            for name, buffer in model.named_buffers():
+                torch.testing.assert_close(buffers[name][i], buffer)
+    assert int(buffers["nodes.n_norm.num_batches_tracked"][0]) == 3
+    assert len(stack_checks) == 1
+
+
+def _known(members, x):
+    params, buffers, base = hf.stack(members)
+    hf.ensemble_call(base, params, buffers, x)
+    hf.ensemble_call(base, params, buffers, x)
+    return params, buffers, base
+
+
+def test_a_known_stack_with_a_tensor_of_another_shape_is_e_params_on_the_next_call(members, x):
+    params, buffers, base = _known(members, x)
+    params["nodes.n_out.weight"] = torch.randn(3, 4, 15)
+    with pytest.raises(hndl.HndlError) as info:
+        hf.ensemble_call(base, params, buffers, x)
+    problem = info.value.problems[0]
+    assert (problem.code, problem.node, problem.expected, problem.actual) == ("E_PARAMS", "out", [4, 16], [4, 15])
+
+
+def test_a_known_stack_with_a_missing_key_is_e_params_on_the_next_call(members, x):
+    params, buffers, base = _known(members, x)
+    del params["nodes.n_hidden.bias"]
+    with pytest.raises(hndl.HndlError) as info:
+        hf.ensemble_call(base, params, buffers, x)
+    problem = info.value.problems[0]
+    assert (problem.code, problem.node) == ("E_PARAMS", "hidden")
+    assert problem.message == (
+        "ensemble_call has no stacked value for 'nodes.n_hidden.bias' (base is on the meta device)"
+    )
+
+
+def test_a_known_stack_with_one_tensor_of_another_ensemble_size_is_e_params_on_the_next_call(members, x):
+    params, buffers, base = _known(members, x)
+    params["nodes.n_hidden.weight"] = params["nodes.n_hidden.weight"][:2]
+    with pytest.raises(hndl.HndlError) as info:
+        hf.ensemble_call(base, params, buffers, x)
+    problem = info.value.problems[0]
+    assert problem.code == "E_PARAMS"
+    assert problem.message == "the stacked tensors disagree on the ensemble size"
+    assert (problem.expected, problem.actual) == (
+        "2 members, as in 'nodes.n_hidden.weight'",
+        "3 members in 'nodes.n_hidden.bias'",
+    )
+
+
+def test_a_known_stack_with_a_tensor_of_another_dtype_is_e_params_on_the_next_call(members, x):
+    params, buffers, base = _known(members, x)
+    params["nodes.n_out.bias"] = params["nodes.n_out.bias"].double()
+    with pytest.raises(hndl.HndlError) as info:
+        hf.ensemble_call(base, params, buffers, x)
+    problem = info.value.problems[0]
+    assert (problem.code, problem.node, problem.expected, problem.actual) == ("E_PARAMS", "out", "float32", "float64")
+
+
+def test_a_known_stack_with_an_extra_key_is_e_params_on_the_next_call(members, x):
+    params, buffers, base = _known(members, x)
+    params["nodes.n_out.wieght"] = params["nodes.n_out.weight"]
+    with pytest.raises(hndl.HndlError) as info:
+        hf.ensemble_call(base, params, buffers, x)
+    problem = info.value.problems[0]
+    assert problem.code == "E_PARAMS"
+    assert problem.hint == "did you mean 'nodes.n_out.weight'?"
+
+
+def test_a_known_stack_after_the_base_is_converted_is_e_params_on_the_next_call(members, x):
+    params, buffers, base = _known(members, x)
+    base.double()  # the stack is unchanged, but the build it must match now wants float64
+    with pytest.raises(hndl.HndlError) as info:
+        hf.ensemble_call(base, params, buffers, x.double())
+    problem = info.value.problems[0]
+    assert (problem.code, problem.expected, problem.actual) == ("E_PARAMS", "float64", "float32")
+
+
+def test_a_known_stack_after_a_buffer_is_registered_on_the_base_is_e_params_on_the_next_call(members, x):
+    params, buffers, base = _known(members, x)
+    base.nodes.n_out.register_buffer("scale", torch.ones(4, device="meta"))
+    with pytest.raises(hndl.HndlError) as info:
+        hf.ensemble_call(base, params, buffers, x)
+    assert info.value.problems[0].message == (
+        "ensemble_call has no stacked value for 'nodes.n_out.scale' (base is on the meta device)"
+    )
+
+
+def test_a_whole_stack_of_another_ensemble_size_is_a_new_signature_that_runs(members, x):
+    params, buffers, base = _known(members, x)
+    fewer = {name: tensor[:2] for name, tensor in params.items()}
+    out = hf.ensemble_call(base, fewer, buffers, x)
+    assert out.shape == (2, 5, 4)
+    for i, model in enumerate(members[:2]):
+        torch.testing.assert_close(out[i], model(x))
+    assert hf.ensemble_call(base, params, buffers, x).shape == (3, 5, 4)  # the first signature is still known
+
+
+def test_a_known_stack_keeps_no_tensor_and_no_base_alive(members, x):
+    import gc
+    import weakref
+
+    params, buffers, base = _known(members, x)
+    refs = [weakref.ref(t) for t in (*params.values(), *buffers.values())] + [weakref.ref(base)]
+    del params, buffers, base
+    gc.collect()
+    assert [r for r in refs if r() is not None] == []
+
+
+def test_only_the_newest_stack_signatures_are_remembered(members, x, stack_checks):
+    from hndl.func._stack_signatures import MAX_SIGNATURES
+
+    params, buffers, base = hf.stack(members)
+    # MAX_SIGNATURES + 1 stacks that differ only in their ensemble size (member 0, repeated n times)
+    first = {name: tensor[:1] for name, tensor in params.items()}
+    stacks = [{name: t.expand(n, *t.shape[1:]) for name, t in first.items()} for n in range(1, MAX_SIGNATURES + 2)]
+    for stack in stacks:
+        hf.ensemble_call(base, stack, buffers, x)
+    assert len(stack_checks) == MAX_SIGNATURES + 1
+    hf.ensemble_call(base, stacks[-1], buffers, x)  # still known
+    assert len(stack_checks) == MAX_SIGNATURES + 1
+    hf.ensemble_call(base, stacks[0], buffers, x)  # the oldest was dropped: checked again, and still correct
+    assert len(stack_checks) == MAX_SIGNATURES + 2
+
+
+def test_ensemble_calls_from_several_threads_each_with_its_own_base_all_get_their_own_results(members, x):
+    # One base must not be called from two threads at once (torch's functional_call swaps the stacked tensors
+    # into it for the call); several bases, one per thread, share the record of known stacks.
+    import threading
+
+    params, buffers, base = hf.stack(members)
+    stacks = {size: {k: v[:size].detach() for k, v in params.items()} for size in (1, 2, 3)}
+    expected = {size: hf.ensemble_call(base, stack, buffers, x) for size, stack in stacks.items()}
+    start = threading.Barrier(6)
+    failures: list[BaseException] = []
+
+    def work(size: int) -> None:
+        _, _, own_base = hf.stack(members)  # a new base: its first calls write to the shared record
+        try:
+            start.wait()
+            for _ in range(20):
+                assert torch.equal(hf.ensemble_call(own_base, stacks[size], buffers, x), expected[size])
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, args=(size,)) for size in (1, 2, 3) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []

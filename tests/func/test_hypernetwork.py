@@ -1,4 +1,7 @@
-"""Hypernetworks: a network that generates a GraphModule's weights, trained end to end through functional_call."""
+"""Generated and adapted weights through functional_call: hypernetworks trained end to end, MAML-style inner loops.
+
+The recipes of docs/func.md, with hndl's checked functional_call (the docs page runs them as written too).
+"""
 
 from __future__ import annotations
 
@@ -102,3 +105,43 @@ def test_a_generated_weight_of_the_wrong_size_is_e_params(mlp, x):
         hf.functional_call(mlp, generated, (x,))
     assert info.value.code == "E_PARAMS"
     assert info.value.node == "out"
+
+
+def maml_outer_step(call, model, data, targets, steps: int = 3):
+    """The MAML recipe of docs/func.md: ``steps`` inner grad steps on a copy of the weights, then the outer loss."""
+
+    def inner_loss(p, data, targets):
+        return torch.nn.functional.cross_entropy(call(model, p, (data,)), targets)
+
+    meta = {k: v.detach().clone().requires_grad_() for k, v in model.named_parameters()}
+    adapted = meta
+    for _ in range(steps):
+        grads = torch.func.grad(inner_loss)(adapted, data, targets)
+        adapted = {k: adapted[k] - 0.1 * grads[k] for k in adapted}
+    inner_loss(adapted, data * 2, targets).backward()
+    return meta
+
+
+def test_a_maml_inner_loop_through_the_checked_call_equals_torch_func(mlp, x):
+    targets = torch.tensor([0, 1, 2, 3, 0])
+    ours = maml_outer_step(hf.functional_call, mlp, x, targets)
+    theirs = maml_outer_step(torch.func.functional_call, mlp, x, targets)
+    for name in ours:
+        assert ours[name].grad is not None, name
+        assert torch.equal(ours[name].grad, theirs[name].grad), name
+
+
+def test_a_maml_inner_update_that_breaks_a_shape_is_e_params(mlp, x):
+    targets = torch.tensor([0, 1, 2, 3, 0])
+
+    def inner_loss(p):
+        return torch.nn.functional.cross_entropy(hf.functional_call(mlp, p, (x,)), targets)
+
+    params = {k: v.detach() for k, v in mlp.named_parameters()}
+    grads = torch.func.grad(inner_loss)(params)
+    adapted = {k: params[k] - 0.1 * grads[k] for k in params}
+    adapted["nodes.n_hidden.bias"] = adapted["nodes.n_hidden.bias"][:-1]  # a slicing slip in the update
+    with pytest.raises(hndl.HndlError) as info:
+        torch.func.grad(inner_loss)(adapted)
+    problem = info.value.problems[0]
+    assert (problem.code, problem.node, problem.expected, problem.actual) == ("E_PARAMS", "hidden", [16], [15])

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
+from torch.func import functional_call as _torch_functional_call
 from torch.func import stack_module_state, vmap
 
 from hndl import HndlError, Problem
+from hndl.naming import dtype_name
 from hndl.torch import GraphModule
 
 from ._functional import functional_call
+from ._stack_signatures import is_known, remember, stack_signature
 
 __all__ = ["ensemble_call", "stack"]
 
@@ -88,6 +91,14 @@ def ensemble_call(
     in ``buffers`` (the stacked tensors, in place), not those of the models that were stacked; that is exactly
     what calling each model alone would have computed.
 
+    For a GraphModule ``base`` the stack is checked once per *stack signature*: the names of ``params`` and
+    ``buffers``, each stacked tensor's shape, dtype and device, and the base's state version (a registration
+    or a conversion of ``base`` changes it). A signature whose call passed is remembered per base (weakly; no
+    tensor is kept); a known one costs a tuple build and a dict lookup before ``vmap`` of
+    :func:`torch.func.functional_call` runs, and any change to the stack is a new signature, checked on the
+    next call. As with :func:`torch.func.functional_call`, the stacked tensors are swapped into ``base`` for
+    the call, so one base must not be called from two threads at once.
+
     Args:
         base: the module to call, usually the ``meta`` copy from :func:`stack`.
         params: stacked parameters, every parameter of ``base`` with a leading ensemble dim.
@@ -108,12 +119,31 @@ def ensemble_call(
     """
     inputs = x if isinstance(x, tuple) else (x,)
     dims = in_dims if isinstance(in_dims, tuple) else (in_dims,) * len(inputs)
-    _check_stack(base, params, buffers)
+    # Only a GraphModule base has a state version that moves with every registration, which a remembered
+    # verdict needs; any other base is checked on every call.
+    signature = stack_signature(params, buffers) if isinstance(base, GraphModule) else None
+    version = _state_version(base)
+    known = signature is not None and is_known(base, version, signature)
+    if not known:
+        _check_stack(base, params, buffers)
+    # A known stack fixes every member's names, shapes and dtypes, which is all functional_call's check looks
+    # at, so torch's own functional_call runs; a new one goes through the checked call (inside vmap, so the
+    # per-member shapes are compared with the build) and is remembered once the whole call has passed.
+    call = _torch_functional_call if known else functional_call
 
     def member(member_params: Any, member_buffers: Any, *member_inputs: Any) -> Any:
-        return functional_call(base, (member_params, member_buffers), member_inputs)
+        return call(base, (member_params, member_buffers), member_inputs)
 
-    return vmap(member, in_dims=(0, 0, *dims), randomness=randomness)(params, buffers, *inputs)
+    out = vmap(member, in_dims=(0, 0, *dims), randomness=randomness)(params, buffers, *inputs)
+    if signature is not None and not known:
+        remember(base, version, signature)
+    return out
+
+
+def _state_version(base: nn.Module) -> Any:
+    # The GraphModule runtime's state version: registrations and conversions (.to, .half) bump it, so a stack
+    # signature remembered at one version is checked again after any of them. Read as functional_call reads it.
+    return base.__dict__.get("_state_version")
 
 
 def _check_stack(base: nn.Module, params: Mapping[str, Any], buffers: Mapping[str, Any]) -> None:
@@ -185,6 +215,10 @@ def _structure(model: GraphModule) -> dict[str, Any]:
     return {"modules": modules, "tensors": tensors}
 
 
+# How _difference shows a differing property of a tensor; anything else is shown with str.
+_SHOW: dict[str, Callable[[Any], Any]] = {"shape": list, "dtype": dtype_name}
+
+
 def _difference(
     first: GraphModule, reference: dict[str, Any], model: GraphModule, structure: dict[str, Any], index: int
 ) -> Problem | None:
@@ -218,7 +252,7 @@ def _difference(
             return problem(f"it has no {spec[0]} '{name}'", name, spec[0], "missing")
         for label, mine, theirs in zip(labels, spec, other):
             if mine != theirs:
-                show = list if label == "shape" else str
+                show = _SHOW.get(label, str)
                 return problem(f"{spec[0]} '{name}' differs in {label}", name, show(mine), show(theirs))
     for name, spec in structure["tensors"].items():
         if name not in reference["tensors"]:
