@@ -122,7 +122,7 @@ def ensemble_call(
     # Only a GraphModule base has a state version that moves with every registration, which a remembered
     # verdict needs; any other base is checked on every call.
     signature = stack_signature(params, buffers) if isinstance(base, GraphModule) else None
-    version = _state_version(base)
+    version = base.state_version if signature is not None else None
     known = signature is not None and is_known(base, version, signature)
     if not known:
         _check_stack(base, params, buffers)
@@ -138,12 +138,6 @@ def ensemble_call(
     if signature is not None and not known:
         remember(base, version, signature)
     return out
-
-
-def _state_version(base: nn.Module) -> Any:
-    # The GraphModule runtime's state version: registrations and conversions (.to, .half) bump it, so a stack
-    # signature remembered at one version is checked again after any of them. Read as functional_call reads it.
-    return base.__dict__.get("_state_version")
 
 
 def _check_stack(base: nn.Module, params: Mapping[str, Any], buffers: Mapping[str, Any]) -> None:
@@ -215,8 +209,8 @@ def _structure(model: GraphModule) -> dict[str, Any]:
     return {"modules": modules, "tensors": tensors}
 
 
-# How _difference shows a differing property of a tensor; anything else is shown with str.
-_SHOW: dict[str, Callable[[Any], Any]] = {"shape": list, "dtype": dtype_name}
+# How _difference formats a differing property of a tensor; anything else is formatted with str.
+_FORMAT: dict[str, Callable[[Any], Any]] = {"shape": list, "dtype": dtype_name}
 
 
 def _difference(
@@ -252,8 +246,8 @@ def _difference(
             return problem(f"it has no {spec[0]} '{name}'", name, spec[0], "missing")
         for label, mine, theirs in zip(labels, spec, other):
             if mine != theirs:
-                show = _SHOW.get(label, str)
-                return problem(f"{spec[0]} '{name}' differs in {label}", name, show(mine), show(theirs))
+                format_value = _FORMAT.get(label, str)
+                return problem(f"{spec[0]} '{name}' differs in {label}", name, format_value(mine), format_value(theirs))
     for name, spec in structure["tensors"].items():
         if name not in reference["tensors"]:
             return problem(f"it has an extra {spec[0]} '{name}'", name, "missing", spec[0])
