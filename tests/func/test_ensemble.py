@@ -314,8 +314,9 @@ def test_a_known_stack_keeps_no_tensor_and_no_base_alive(members, x):
 
 
 def test_only_the_newest_stack_signatures_are_remembered(members, x, stack_checks):
-    from hndl.func._stack_signatures import MAX_SIGNATURES
+    from hndl.func._stack_signatures import PASSED_STACKS
 
+    MAX_SIGNATURES = PASSED_STACKS.limit
     params, buffers, base = hf.stack(members)
     # MAX_SIGNATURES + 1 stacks that differ only in their ensemble size (member 0, repeated n times)
     first = {name: tensor[:1] for name, tensor in params.items()}

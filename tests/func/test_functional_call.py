@@ -241,13 +241,13 @@ def test_signatures_are_per_module_instance(make_mlp, x, count_checks):
 
 def test_the_record_is_bounded(mlp, x, count_checks):
     params = randomized(mlp)
-    for empties in range(_functional._MAX_SIGNATURES + 8):  # each tuple length is a signature of its own
+    for empties in range(_functional._PASSED.limit + 8):  # each tuple length is a signature of its own
         hf.functional_call(mlp, (*[{}] * empties, params), (x,))
-    assert len(count_checks) == _functional._MAX_SIGNATURES + 8
-    assert len(_functional._SEEN[mlp][1]) == _functional._MAX_SIGNATURES
-    hf.functional_call(mlp, (*[{}] * (_functional._MAX_SIGNATURES + 7), params), (x,))  # recent: still known
+    assert len(count_checks) == _functional._PASSED.limit + 8
+    assert _functional._PASSED.count(mlp) == _functional._PASSED.limit
+    hf.functional_call(mlp, (*[{}] * (_functional._PASSED.limit + 7), params), (x,))  # recent: still known
     hf.functional_call(mlp, (params,), (x,))  # the oldest was dropped: checked again
-    assert len(count_checks) == _functional._MAX_SIGNATURES + 9
+    assert len(count_checks) == _functional._PASSED.limit + 9
 
 
 def test_threads_hammering_one_module_with_alternating_dicts_share_the_record_safely(mlp, x, monkeypatch):
@@ -257,7 +257,7 @@ def test_threads_hammering_one_module_with_alternating_dicts_share_the_record_sa
     # replaced by a stub here, and the threads exercise exactly hndl's check and its record.
     monkeypatch.setattr(_functional, "_torch_functional_call", lambda module, params, args, kwargs, **_: len(params))
     first, second = randomized(mlp, 1), randomized(mlp, 2)
-    churn = _functional._MAX_SIGNATURES + 16  # more signatures than the record holds: eviction on every lap
+    churn = _functional._PASSED.limit + 16  # more signatures than the record holds: eviction on every lap
     calls = [(*[{}] * n, params) for n in range(churn) for params in (first, second)]
     errors: list[BaseException] = []
     start = threading.Barrier(6)
@@ -282,7 +282,7 @@ def test_threads_hammering_one_module_with_alternating_dicts_share_the_record_sa
     finally:
         sys.setswitchinterval(interval)
     assert errors == []
-    assert len(_functional._SEEN[mlp][1]) == _functional._MAX_SIGNATURES
+    assert _functional._PASSED.count(mlp) == _functional._PASSED.limit
 
 
 def test_the_record_keeps_neither_module_nor_tensors_alive(make_mlp, x):

@@ -44,7 +44,8 @@ def mermaid(graph: Graph, checked: Any = None) -> tuple[str, list[list[str]]]:
     rows = []
     for name, node in graph.nodes.items():
         op = node.op
-        if op == "graph" and isinstance(node.params.get("graph"), str):
+        opdef = hndl.registry.find(op)
+        if opdef is not None and opdef.runs_subgraph and isinstance(node.params.get("graph"), str):
             repeat = node.params.get("repeat", 1)
             op = f"graph {node.params['graph']}" + (f" \u00d7{repeat}" if repeat != 1 else "")
         lines.append(f"    n_{name}[{_label(f'{name}: {op}', types.get(name, '?'))}]")

@@ -16,7 +16,7 @@ from hndl.naming import dtype_name
 from hndl.torch import GraphModule
 
 from ._functional import functional_call
-from ._stack_signatures import is_known, remember, stack_signature
+from ._stack_signatures import PASSED_STACKS, stack_signature
 
 __all__ = ["ensemble_call", "stack"]
 
@@ -123,7 +123,7 @@ def ensemble_call(
     # verdict needs; any other base is checked on every call.
     signature = stack_signature(params, buffers) if isinstance(base, GraphModule) else None
     version = base.state_version if signature is not None else None
-    known = signature is not None and is_known(base, version, signature)
+    known = signature is not None and PASSED_STACKS.known(base, version, signature)
     if not known:
         _check_stack(base, params, buffers)
     # A known stack fixes every member's names, shapes and dtypes, which is all functional_call's check looks
@@ -136,7 +136,7 @@ def ensemble_call(
 
     out = vmap(member, in_dims=(0, 0, *dims), randomness=randomness)(params, buffers, *inputs)
     if signature is not None and not known:
-        remember(base, version, signature)
+        PASSED_STACKS.remember(base, version, signature)
     return out
 
 

@@ -14,8 +14,6 @@ build, so the same check (and the same cached signature) serves plain calls and 
 from __future__ import annotations
 
 import operator
-import threading
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,19 +25,13 @@ from hndl import HndlError, Problem
 from hndl.naming import dtype_name, suggestion
 from hndl.torch import BuildState, GraphModule
 
+from ._passed import PassedSignatures
+
 __all__ = ["functional_call"]
 
-#: How many passing parameter signatures one module remembers (oldest dropped first).
-_MAX_SIGNATURES = 32
-
-# Passing signatures per module instance, with the module's state version they were checked at: a conversion
-# (.half(), .double()) or a registration gives the module a new version, and the dtypes a dict must have may
-# have changed with it. Weak keys: the record never keeps a module alive, and a deepcopy or an unpickled module
-# starts with an empty record of its own. Reads take no lock (a dict lookup is atomic); every write, and the
-# eviction that reads the oldest key and then deletes it, happens under _SEEN_LOCK, so threads calling one
-# module never evict the same key twice or lose each other's entries.
-_SEEN: weakref.WeakKeyDictionary[nn.Module, tuple[int, dict[Any, None]]] = weakref.WeakKeyDictionary()
-_SEEN_LOCK = threading.Lock()
+# Parameter signatures that passed, per module and state version (a conversion such as .double() or a
+# registration gives the module a new version, and the dtypes a dict must have may have changed with it).
+_PASSED = PassedSignatures(limit=32)
 
 # shape and dtype of a tensor in one C call; raises AttributeError for a non-tensor (-> slow path). The device is
 # left out on purpose: the check does not depend on it (a meta-device module takes real tensors), so adding it
@@ -104,8 +96,6 @@ def functional_call(
 
 def _check(module: GraphModule, params_and_buffers: Any, strict: bool, tie_weights: bool) -> None:
     version = module.state_version
-    record = _SEEN.get(module)
-    seen = record[1] if record is not None and record[0] == version else None
     try:
         if type(params_and_buffers) is dict:
             signature: Any = (
@@ -121,7 +111,7 @@ def _check(module: GraphModule, params_and_buffers: Any, strict: bool, tie_weigh
                 tuple((tuple(d), tuple(map(_META, d.values()))) for d in params_and_buffers),
             )
         # Tuples do not cache their hash: on the known path this membership test is the only hashing.
-        if seen is not None and signature in seen:
+        if _PASSED.known(module, version, signature):
             return
         hash(signature)
     except Exception:
@@ -133,23 +123,7 @@ def _check(module: GraphModule, params_and_buffers: Any, strict: bool, tie_weigh
         title = f"parameter dict for graph '{module.graph.name}'" if len(problems) > 1 else None
         raise HndlError(problems, title=title)
     if signature is not None:
-        _remember(module, version, signature)
-
-
-def _remember(module: GraphModule, version: int, signature: Any) -> None:
-    """Record a signature that passed at ``version`` (a newer record for the module is replaced: at worst a
-    signature is checked once more)."""
-    with _SEEN_LOCK:
-        record = _SEEN.get(module)
-        if record is None or record[0] != version:
-            record = (version, {})
-            _SEEN[module] = record
-        seen = record[1]
-        if signature in seen:
-            return
-        while len(seen) >= _MAX_SIGNATURES:
-            del seen[next(iter(seen))]
-        seen[signature] = None
+        _PASSED.remember(module, version, signature)
 
 
 def _problems(module: GraphModule, params_and_buffers: Any, strict: bool, tie_weights: bool) -> list[Problem]:
