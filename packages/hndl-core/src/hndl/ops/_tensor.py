@@ -253,7 +253,7 @@ def _expand_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
         "the output has shape's sizes: an int as written, -1 the input's dim, a symbol the dim of x (or else "
         "of like) that the checker inferred to be that symbol; each dim of x must be 1 or equal its target"
     ),
-    example={"op": "expand", "shape": ["B", 1, -1]},
+    example={"op": "expand", "shape": [4, 1, -1]},
     input_shape_example=[1, 1, 768],
 )
 def expand(p: Params, inputs: Sequence[TensorType]) -> Any:
