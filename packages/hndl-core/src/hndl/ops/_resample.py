@@ -45,7 +45,7 @@ def transposed_length(size: Dim, kernel: int, stride: int, padding: int, out_pad
 
     Raises:
         InferError: E_PARAM when ``output_padding`` is not smaller than ``stride`` or ``dilation`` (torch
-            refuses it), E_SHAPE when an int length comes out below 1.
+            refuses it), E_SHAPE when an int length comes out negative.
     """
     if out_pad >= stride and out_pad >= dilation:
         raise InferError(
@@ -56,11 +56,11 @@ def transposed_length(size: Dim, kernel: int, stride: int, padding: int, out_pad
             actual=out_pad,
         )
     out = dim_add(dim_mul(dim_add(size, -1), stride), -2 * padding + dilation * (kernel - 1) + out_pad + 1)
-    if isinstance(out, int) and out < 1:
+    if isinstance(out, int) and out < 0:  # torch returns an empty tensor for 0, and refuses less
         raise InferError(
             f"the output {axis} would be {out} for an input {axis} of {format_dim(size)}",
             port="x",
-            expected=f"output {axis} >= 1",
+            expected=f"output {axis} >= 0",
             actual=out,
             hint="use less padding or a larger kernel_size or input",
         )
