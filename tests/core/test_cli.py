@@ -28,9 +28,13 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str
 def test_the_examples_are_the_ones_the_docs_promise() -> None:
     assert [p.name for p in GOOD] == [
         "conv_stack.yaml",
+        "encoder_decoder.yaml",
+        "lstm_classifier.yaml",
         "mlp.yaml",
         "resnet_basic_block.yaml",
         "transformer_block.yaml",
+        "unet.yaml",
+        "vit.yaml",
         "vit_patch_embedding.yaml",
     ]
 
@@ -43,9 +47,13 @@ def test_check_passes_every_good_example(capsys: pytest.CaptureFixture[str]) -> 
     assert (code, err) == (0, "")
     assert out.splitlines() == [
         f"{EXAMPLES / 'conv_stack.yaml'}: OK (12 nodes)",
+        f"{EXAMPLES / 'encoder_decoder.yaml'}: OK (42 nodes)",
+        f"{EXAMPLES / 'lstm_classifier.yaml'}: OK (4 nodes)",
         f"{EXAMPLES / 'mlp.yaml'}: OK (4 nodes)",
         f"{EXAMPLES / 'resnet_basic_block.yaml'}: OK (7 nodes)",
         f"{EXAMPLES / 'transformer_block.yaml'}: OK (33 nodes)",
+        f"{EXAMPLES / 'unet.yaml'}: OK (37 nodes)",
+        f"{EXAMPLES / 'vit.yaml'}: OK (27 nodes)",
         f"{EXAMPLES / 'vit_patch_embedding.yaml'}: OK (5 nodes)",
     ]
 

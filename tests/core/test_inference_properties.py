@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import hndl
@@ -337,3 +337,176 @@ def test_matmul(data):
     sb = tuple(f"T{d[1:]}" if isinstance(d, str) else d for d in sb)
     env = env_a | {f"T{k_[1:]}": v for k_, v in env_b.items()}
     agree("matmul", [a, b], {}, torch.matmul, static=[sa, sb], env=env)
+
+
+# --- indexing, resampling, recurrent --------------------------------------------------------------------
+
+
+@PROPERTY
+@given(st.data())
+def test_select_and_slice(data):
+    shape = data.draw(st.lists(dims, min_size=0, max_size=4))
+    static, env = _symbolize(data.draw, shape, range(len(shape)))
+    dim = data.draw(st.integers(-5, 4))
+    if data.draw(st.booleans()):
+        index = data.draw(st.integers(-7, 6))
+        agree("select", [shape], {"dim": dim, "index": index}, lambda x: x.select(dim, index), static=[static], env=env)
+    else:
+        start, step = data.draw(st.integers(-7, 7)), data.draw(st.integers(1, 3))
+        end = data.draw(st.none() | st.integers(-7, 7))
+
+        def oracle(x: torch.Tensor) -> torch.Tensor:
+            if x.dim() == 0:
+                raise IndexError("a 0-d tensor cannot be sliced")
+            return x[(slice(None),) * (dim % x.dim() if -x.dim() <= dim < x.dim() else 99) + (slice(start, end, step),)]
+
+        p = {"dim": dim, "start": start, "end": end, "step": step}
+        agree("slice", [shape], p, oracle, static=[static], env=env)
+
+
+@PROPERTY
+@given(st.data())
+def test_chunk(data):
+    shape = data.draw(st.lists(st.integers(1, 8), min_size=1, max_size=3))
+    chunks, dim = data.draw(st.integers(1, 4)), data.draw(st.integers(-4, 3))
+
+    def oracle(x: torch.Tensor) -> Any:
+        if x.shape[dim] % chunks:
+            raise ValueError("chunks do not divide the dim")
+        parts = x.chunk(chunks, dim)
+        return parts[0] if chunks == 1 else parts
+
+    static, env = _symbolize(data.draw, shape, range(len(shape)))
+    agree("chunk", [shape], {"chunks": chunks, "dim": dim}, oracle, static=[static], env=env)
+
+
+@PROPERTY
+@given(st.data())
+def test_pad(data):
+    shape = data.draw(st.lists(dims, min_size=1, max_size=4))
+    mode = data.draw(st.sampled_from(["constant", "reflect", "replicate", "circular"]))
+    pad = data.draw(st.lists(st.integers(-2 if mode == "constant" else 0, 3), min_size=2, max_size=6))
+    if len(pad) % 2:
+        pad = pad[:-1]
+    value = data.draw(st.sampled_from([0.0, 1.5])) if mode == "constant" else 0.0
+
+    def oracle(x: torch.Tensor) -> torch.Tensor:
+        if mode == "constant":
+            return torch.nn.functional.pad(x, pad, value=value)
+        return torch.nn.functional.pad(x, pad, mode=mode)
+
+    static, env = _symbolize(data.draw, shape, range(len(shape)))
+    agree("pad", [shape], {"pad": pad, "mode": mode, "value": value}, oracle, static=[static], env=env)
+
+
+@PROPERTY
+@given(st.data())
+def test_expand(data):
+    shape = data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=3))
+    shape = [d if data.draw(st.booleans()) else 1 for d in shape]
+    lead = data.draw(st.lists(st.integers(1, 3), max_size=2))
+    target: list[Any] = [*lead, *(d if d != 1 else data.draw(st.integers(1, 3)) for d in shape)]
+    if data.draw(st.booleans()):
+        target[-1] = -1
+    if data.draw(st.integers(0, 5)) == 0:
+        target[-1] = data.draw(st.integers(1, 4))  # maybe a mismatch
+    agree("expand", [shape], {"shape": target}, lambda x: x.expand(target))
+
+
+@PROPERTY
+@given(st.data())
+def test_conv_transpose(data):
+    two_d = data.draw(st.booleans())
+    spatial = [data.draw(st.integers(1, 6)) for _ in range(2 if two_d else 1)]
+    shape = [data.draw(st.integers(1, 2)), data.draw(dims), *spatial]
+    p = {
+        "out_channels": data.draw(dims),
+        "kernel_size": data.draw(st.integers(1, 4)),
+        "stride": data.draw(st.integers(1, 3)),
+        "padding": data.draw(st.integers(0, 2)),
+        "output_padding": data.draw(st.integers(0, 2)),
+        "dilation": data.draw(st.integers(1, 2)),
+        "groups": data.draw(st.integers(1, 3)),
+    }
+    kind = torch.nn.ConvTranspose2d if two_d else torch.nn.ConvTranspose1d
+    # An output length of exactly 0 runs or fails depending on torch's kernel choice; hndl accepts it.
+    reach = p["dilation"] * (p["kernel_size"] - 1) + p["output_padding"] + 1
+    assume(all((n - 1) * p["stride"] - 2 * p["padding"] + reach != 0 for n in spatial))
+    static, env = _symbolize(data.draw, shape, [0, *range(2, len(shape))])
+    oracle = _module(lambda: kind(shape[1], **p))
+    agree("conv_transpose2d" if two_d else "conv_transpose1d", [shape], p, oracle, static=[static], env=env)
+
+
+@PROPERTY
+@given(st.data())
+def test_upsample(data):
+    rank = data.draw(st.integers(2, 5))
+    shape = [data.draw(st.integers(1, 4)) for _ in range(rank)]
+    mode = data.draw(st.sampled_from(["nearest", "linear", "bilinear"]))
+    if data.draw(st.booleans()):
+        p: dict[str, Any] = {"scale_factor": data.draw(st.sampled_from([1, 2, 3, 0.5, 1.5]))}
+    else:
+        p = {"size": data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=3))}
+    p["mode"] = mode
+    size = None if "size" not in p else (p["size"][0] if len(p["size"]) == 1 else tuple(p["size"]))
+    oracle = _module(lambda: torch.nn.Upsample(size=size, scale_factor=p.get("scale_factor"), mode=mode))
+    static, env = _symbolize(data.draw, shape, range(rank))
+    agree("upsample", [shape], p, oracle, static=[static], env=env)
+
+
+@PROPERTY
+@given(st.data())
+def test_pools_1d(data):
+    shape = [data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3)), data.draw(st.integers(1, 10))]
+    kind = data.draw(st.sampled_from(["maxpool1d", "avgpool1d", "adaptive_avgpool1d"]))
+    if kind == "adaptive_avgpool1d":
+        p: dict[str, Any] = {"output_size": data.draw(st.integers(1, 4))}
+        factory: Callable[[], torch.nn.Module] = lambda: torch.nn.AdaptiveAvgPool1d(p["output_size"])  # noqa: E731
+    else:
+        p = {
+            "kernel_size": data.draw(st.integers(1, 4)),
+            "stride": data.draw(st.none() | st.integers(1, 4)),
+            "padding": data.draw(st.integers(0, 2)),
+            "ceil_mode": data.draw(st.booleans()),
+        }
+        if kind == "maxpool1d":
+            p["dilation"] = data.draw(st.integers(1, 3))
+            factory = lambda: torch.nn.MaxPool1d(**p)  # noqa: E731
+        else:
+            p["count_include_pad"] = data.draw(st.booleans())
+            factory = lambda: torch.nn.AvgPool1d(**p)  # noqa: E731
+    static, env = _symbolize(data.draw, shape, [0, 1, 2])
+    agree(kind, [shape], p, _module(factory), static=[static], env=env)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_lstm_and_gru(data):
+    shape = [data.draw(st.integers(1, 3)), data.draw(st.integers(1, 5)), data.draw(dims)]
+    kind = data.draw(st.sampled_from(["lstm", "gru"]))
+    p = {
+        "hidden_size": data.draw(dims),
+        "num_layers": data.draw(st.integers(1, 3)),
+        "bidirectional": data.draw(st.booleans()),
+        "bias": data.draw(st.booleans()),
+    }
+    output = data.draw(st.sampled_from(["sequence", "last", "both"]))
+    layer = (torch.nn.LSTM if kind == "lstm" else torch.nn.GRU)(shape[2], batch_first=True, **p)
+    dirs = 2 if p["bidirectional"] else 1
+
+    class Oracle(torch.nn.Module):  # torch's module, giving what the node's output parameter names
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = layer
+
+        def forward(self, x: torch.Tensor) -> Any:
+            seq, state = self.rnn(x)
+            h_n = state[0] if kind == "lstm" else state
+            last = torch.cat(list(h_n[-dirs:]), dim=1)
+            return {"sequence": seq, "last": last, "both": (seq, last)}[output]
+
+        def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+            return self.rnn.state_dict()
+
+    static, env = _symbolize(data.draw, shape, [0, 1])
+    agree(kind, [shape], p | {"output": output}, Oracle(), static=[static], env=env)

@@ -47,6 +47,8 @@ def _param_value(p: hndl.Param, example: dict[str, Any], rng: random.Random) -> 
         return rng.randint(lo, hi) if rng.random() < 0.5 else [rng.randint(lo, hi), rng.randint(lo, hi)]
     if p.type.name == "ints":
         return [rng.randint(lo, hi) for _ in range(rng.randint(1, 3))]
+    if p.type.name == "sizes":  # expand's target: sizes, or -1 to keep a dim
+        return [rng.choice([-1, -1, 1, 2]) for _ in range(rng.randint(3, 4))]
     return example.get(p.name, p.default)  # strings, shapes, mappings, graph names: the example's
 
 
@@ -89,6 +91,8 @@ def sample_inputs(opdef: hndl.OpDef, params: dict[str, Any], rng: random.Random)
     out: list[tuple[list, str]] = []
     dtypes: dict[str, str] = {}
     for port in opdef.inputs:
+        if (port.when is not None and params.get(port.when) is not True) or (port.optional and rng.random() < 0.5):
+            continue  # a port its flag leaves out, or an optional one left out
         rule = port.dtype
         dtype = {"float": "float32", "any": "float32", "int": "int64"}.get(rule, rule)
         if rule.startswith("same:"):

@@ -20,7 +20,7 @@ from typing import Any
 from ._contracts import Contract, TensorType, dtype_satisfies, format_shape
 from ._errors import Problem, ProblemList
 from ._graph import Graph, Node
-from ._infer import BoundPorts, Report, bind_ports, infer_node, input_count_words
+from ._infer import BoundPorts, Report, active_ports, bind_ports, infer_node, input_count_words
 from ._registry import OpDef, Params
 from ._resolve import order_nodes, output_count, resolve_op, resolve_ref, validate_params
 from .naming import suggestion
@@ -173,12 +173,15 @@ class _Checker:
             fields.setdefault("location", node.where(key))
             self.problems.add(code, message, node=qual, op=opdef.name, **fields)
 
-        ports = bind_ports(opdef, in_types)
+        ports = bind_ports(opdef, in_types, params)
         if ports is None:
             report(
                 "E_REF",
-                f"{opdef.name} takes {input_count_words(opdef)}, got {len(in_types)}",
-                expected=", ".join(p.name + ("..." if p.variadic else "") for p in opdef.inputs) or "none",
+                f"{opdef.name} takes {input_count_words(opdef, params)}, got {len(in_types)}",
+                expected=", ".join(
+                    p.name + ("..." if p.variadic else "?" if p.optional else "") for p in active_ports(opdef, params)
+                )
+                or "none",
                 actual=", ".join(node.inputs) or "none",
             )
             return None

@@ -16,7 +16,7 @@ from ._contracts import TensorType, dtype_satisfies, format_shape, is_unknown, u
 from ._dims import format_dim, free_symbols
 from ._registry import InferError, OpDef, Params, Port
 
-__all__ = ["BoundPorts", "Report", "bind_ports", "declared_output_types", "infer_node"]
+__all__ = ["BoundPorts", "Report", "active_ports", "bind_ports", "declared_output_types", "infer_node"]
 
 #: Each input value with the port that receives it (a variadic port receives several).
 BoundPorts = list[tuple[Port, TensorType]]
@@ -28,24 +28,46 @@ class Report(Protocol):
     def __call__(self, code: str, message: str, *, key: str | None = "in", **fields: Any) -> None: ...
 
 
-def bind_ports(opdef: OpDef, in_types: Sequence[TensorType]) -> BoundPorts | None:
-    """Pair each input with its port; ``None`` when the op takes another number of inputs."""
-    ports = list(opdef.inputs)
+def active_ports(opdef: OpDef, params: Mapping[str, Any]) -> list[Port]:
+    """``opdef``'s input ports that exist for these parameters (a port with ``when`` needs its flag set)."""
+    return [p for p in opdef.inputs if p.when is None or params.get(p.when) is True]
+
+
+def bind_ports(opdef: OpDef, in_types: Sequence[TensorType], params: Mapping[str, Any]) -> BoundPorts | None:
+    """Pair each input with its port; ``None`` when the op takes another number of inputs.
+
+    Required ports are always filled; the inputs beyond them fill the optional ports in declaration order.
+    """
+    ports = active_ports(opdef, params)
     if ports and ports[-1].variadic:
         last = len(ports) - 1
         if len(in_types) < len(ports):
             return None
         return [(ports[min(i, last)], t) for i, t in enumerate(in_types)]
-    if len(in_types) != len(ports):
+    required = sum(not p.optional for p in ports)
+    spare = len(in_types) - required
+    if not 0 <= spare <= len(ports) - required:
         return None
-    return list(zip(ports, in_types))
+    chosen = []
+    for p in ports:
+        if p.optional:
+            if spare == 0:
+                continue
+            spare -= 1
+        chosen.append(p)
+    return list(zip(chosen, in_types))
 
 
-def input_count_words(opdef: OpDef) -> str:
-    """``1 input``, ``2 inputs``, ``1 or more inputs``: how many inputs ``opdef`` takes."""
-    n = len(opdef.inputs)
-    if opdef.inputs and opdef.inputs[-1].variadic:
+def input_count_words(opdef: OpDef, params: Mapping[str, Any]) -> str:
+    """``1 input``, ``2 inputs``, ``1 or more inputs``, ``1 to 2 inputs``: how many inputs ``opdef`` takes
+    with these parameters."""
+    ports = active_ports(opdef, params)
+    n = len(ports)
+    if ports and ports[-1].variadic:
         return f"{n} or more inputs"
+    required = sum(not p.optional for p in ports)
+    if required != n:
+        return f"{required} to {n} inputs"
     return f"{n} input" + ("" if n == 1 else "s")
 
 
@@ -115,9 +137,9 @@ def declared_output_types(opdef: OpDef, params: Params, in_types: Sequence[Tenso
     Raises:
         ValueError: the inputs do not match the input patterns (a node that checked always does).
     """
-    ports = bind_ports(opdef, in_types)
+    ports = bind_ports(opdef, in_types, params)
     if ports is None:
-        raise ValueError(f"{opdef.name} takes {input_count_words(opdef)}, got {len(in_types)}")
+        raise ValueError(f"{opdef.name} takes {input_count_words(opdef, params)}, got {len(in_types)}")
 
     def refuse(code: str, message: str, *, key: str | None = "in", **fields: Any) -> None:
         raise ValueError(message)

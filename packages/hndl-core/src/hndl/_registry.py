@@ -185,6 +185,10 @@ class Port:
         dtype: a dtype rule (``"float"``, ``"int"``, ``"any"``, a dtype, or ``"same:<input port>"``).
         doc: one line for the reference docs.
         variadic: an input port that takes one or more values (``concat``); must be the last input port.
+        optional: an input port a node may leave out (``expand``'s reference tensor). The inputs a node gives
+            fill the required ports first; the optional ones are filled in order from what is left.
+        when: the name of a ``bool`` parameter; the port exists only when that parameter is true
+            (``attention``'s ``mask`` when ``masked``), and is then required unless ``optional``.
     """
 
     name: str
@@ -192,6 +196,8 @@ class Port:
     dtype: str = "float"
     doc: str = ""
     variadic: bool = False
+    optional: bool = False
+    when: str | None = None
 
     def __post_init__(self) -> None:
         # Parsed once here: inference reads the pattern for every node that uses the op.
@@ -442,6 +448,11 @@ def _validate_opdef(opdef: OpDef) -> None:
     for port in opdef.inputs[:-1]:
         if port.variadic:
             raise ValueError(f"op {opdef.name!r}: only the last input port may be variadic")
+    for port in opdef.inputs:
+        if port.optional and any(p.variadic for p in opdef.inputs):
+            raise ValueError(f"op {opdef.name!r}: an op with a variadic port cannot have optional ones")
+        if port.when is not None and not any(p.name == port.when and p.type.name == "bool" for p in opdef.params):
+            raise ValueError(f"op {opdef.name!r}: port {port.name!r} depends on {port.when!r}, not a bool parameter")
     for port in (*opdef.inputs, *opdef.outputs):
         if port.shape is not None:
             ShapePattern.parse(port.shape)

@@ -5,4 +5,17 @@ built-in and plugin ops the same way. Builders import torch themselves: the regi
 docs must work without it.
 """
 
-from . import _activation, _attention, _composite, _conv, _dense, _math, _norm, _shape  # noqa: F401  (registration)
+from . import (  # noqa: F401  (registration)
+    _activation,
+    _attention,
+    _composite,
+    _conv,
+    _dense,
+    _index,
+    _math,
+    _norm,
+    _recurrent,
+    _resample,
+    _shape,
+    _tensor,
+)

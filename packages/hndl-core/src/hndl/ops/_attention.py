@@ -1,12 +1,13 @@
-"""Multi-head self-attention."""
+"""Multi-head attention: self-attention, or cross-attention on a second input, with an optional mask."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from .._contracts import TensorType
+from .._contracts import TensorType, dtype_satisfies, format_shape
 from .._registry import InferError, Param, Params, Port, op
+from ._common import broadcast_shapes, open_at
 
 
 def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
@@ -22,7 +23,53 @@ def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
             hint="num_heads must divide the input's last dim: try num_heads="
             + " or ".join(str(h) for h in sorted(near)),
         )
-    return [inputs[0]]
+    x = inputs[0]
+    kv = inputs[1] if len(inputs) == 3 or (len(inputs) == 2 and not p.masked) else None
+    if kv is not None and kv.shape is not None and open_at(kv.shape) is None and not isinstance(kv.shape[2], int):
+        raise InferError(
+            f"the width of kv {format_shape(kv.shape)} is not a fixed number",
+            port="kv",
+            expected="[B, S, an int]",
+            actual=format_shape(kv.shape),
+            hint="give the last dim of the keys-and-values input as an int: the kv projection is sized by it",
+        )
+    if p.masked:
+        _check_mask(p, x, kv, inputs[-1])
+    return [x]
+
+
+def _check_mask(p: Params, x: TensorType, kv: TensorType | None, mask: TensorType) -> None:
+    """A mask must be bool or x's floating dtype, and broadcast to ``[B, num_heads, T, S]``."""
+    if dtype_satisfies(mask.dtype, "bool") is not True and dtype_satisfies(mask.dtype, "float") is False:
+        raise InferError(
+            f"the mask's dtype is {mask.dtype}",
+            code="E_DTYPE",
+            port="mask",
+            expected="bool (true: attend) or a float added to the scores",
+            actual=mask.dtype,
+        )
+    if x.shape is None or mask.shape is None or open_at(x.shape) is not None or open_at(mask.shape) is not None:
+        return
+    keys = x.shape if kv is None or kv.shape is None or open_at(kv.shape) is not None else kv.shape
+    scores = (x.shape[0], p.num_heads, x.shape[1], keys[1])
+    if len(mask.shape) > 4:
+        raise InferError(
+            f"the mask has rank {len(mask.shape)}",
+            port="mask",
+            expected="rank <= 4, broadcastable to [B, num_heads, T, S]",
+            actual=format_shape(mask.shape),
+        )
+    try:
+        broadcast_shapes(scores, mask.shape, ("scores", "mask"))
+    except InferError as exc:
+        raise InferError(
+            f"the mask {format_shape(mask.shape)} does not broadcast to the attention scores "
+            f"[B, num_heads, T, S] = {format_shape(scores)}",
+            port="mask",
+            expected=f"broadcastable to {format_shape(scores)}",
+            actual=format_shape(mask.shape),
+            hint="a padding mask [B, S] must be reshaped to [B, 1, 1, S]",
+        ) from exc
 
 
 @op(
@@ -32,22 +79,42 @@ def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
         Param("embed_dim", "int", min=1, inferred=True, doc="model width D (inferred from the input's last dim)"),
         Param("causal", "bool", default=False, doc="each position attends only to itself and earlier positions"),
         Param("dropout", "float", default=0.0, min=0, max=1, doc="dropout on the attention weights, in training only"),
-        Param("bias", "bool", default=True, doc="learn biases in the qkv and output projections"),
+        Param("bias", "bool", default=True, doc="learn biases in the projections"),
+        Param("masked", "bool", default=False, doc="the last input is an attention mask"),
     ],
-    inputs=[Port("x", ["B", "T", "embed_dim"], doc="batch, sequence, features")],
+    inputs=[
+        Port("x", ["B", "T", "embed_dim"], doc="batch, sequence, features: the queries (and keys and values)"),
+        Port("kv", ["B", "S", "kdim"], optional=True, doc="cross-attention: the sequence keys and values come from"),
+        Port("mask", None, dtype="any", when="masked", doc="bool (true: attend) or additive float mask"),
+    ],
     outputs=[Port("y", ["B", "T", "embed_dim"], dtype="same:x")],
     infer=_attention_infer,
-    module="hndl.torch.layers.SelfAttention",
-    inference="num_heads must divide embed_dim",
+    module="hndl.torch.layers.SelfAttention or CrossAttention",
+    inference=(
+        "num_heads must divide embed_dim; kdim (the kv input's width) must be an int; the mask must broadcast "
+        "to [B, num_heads, T, S] (S = T without kv)"
+    ),
     example={"op": "attention", "num_heads": 12, "causal": True},
     input_shape_example=["B", "T", 768],
 )
 def attention(p: Params, inputs: Sequence[TensorType]) -> Any:
-    """Multi-head self-attention over ``[B, T, D]``, built on ``scaled_dot_product_attention``.
+    """Multi-head attention over ``[B, T, D]``, built on ``scaled_dot_product_attention``.
 
-    The module holds ``qkv`` (``Linear(D, 3D)``, queries, keys and values in that order) and ``proj``
-    (``Linear(D, D)``), the GPT-2 layout. ``embed_dim`` follows from the input's last dim.
+    With one input it is self-attention: the module holds ``qkv`` (``Linear(D, 3D)``, queries, keys and
+    values in that order) and ``proj`` (``Linear(D, D)``), the GPT-2 layout. With a second input ``kv``
+    (``[B, S, E]``, any width ``E``) it is cross-attention: ``q`` (``Linear(D, D)``) projects ``x``, ``kv``
+    (``Linear(E, 2D)``, keys then values) the second input, then ``proj``. With ``masked: true`` the last
+    input is a mask broadcastable to ``[B, num_heads, T, S]``: bool (true where a query may attend) or a
+    float added to the scores; a padding mask ``[B, S]`` is reshaped to ``[B, 1, 1, S]`` first. ``causal``
+    combines with a mask. ``embed_dim`` follows from ``x``'s last dim.
     """
-    from ..torch.layers import SelfAttention
+    from ..torch.layers import CrossAttention, SelfAttention
 
+    cross = len(inputs) == 3 or (len(inputs) == 2 and not p.masked)
+    if cross:
+        kv_shape = inputs[1].shape
+        assert kv_shape is not None
+        return CrossAttention(
+            p.embed_dim, int(kv_shape[-1]), p.num_heads, causal=p.causal, dropout=p.dropout, bias=p.bias
+        )
     return SelfAttention(p.embed_dim, p.num_heads, causal=p.causal, dropout=p.dropout, bias=p.bias)

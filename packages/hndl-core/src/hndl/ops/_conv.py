@@ -1,4 +1,4 @@
-"""Convolutions and pooling: conv1d, conv2d, maxpool2d, avgpool2d, adaptive_avgpool2d.
+"""Convolutions and pooling: conv1d, conv2d, maxpool1d/2d, avgpool1d/2d, adaptive_avgpool1d/2d.
 
 Output lengths follow torch's formula ``(L + 2*padding - dilation*(kernel_size-1) - 1) // stride + 1`` on
 symbolic dims too (``(H-1)//2+1``); an input provably shorter than its window is an E_SHAPE at check time.
@@ -292,3 +292,113 @@ def adaptive_avgpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     import torch
 
     return torch.nn.AdaptiveAvgPool2d(pair(p.output_size))
+
+
+# --- 1-d pooling ----------------------------------------------------------------------------------------
+
+
+def _pool1d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    shape = shape_of_rank(inputs[0], 3)
+    if shape is None:
+        return [TensorType(None, inputs[0].dtype)]
+    n, c, length = shape
+    stride = p.kernel_size if p.stride is None else p.stride
+    check_window_padding((p.kernel_size,), (p.padding,))
+    out = window_out(
+        length, p.kernel_size, stride, p.padding, p.get("dilation", 1), axis="length", ceil_mode=p.ceil_mode
+    )
+    if isinstance(out, int) and out < 1:
+        raise InferError(f"the output length would be {out}", expected="length >= 1", actual=out)
+    return [TensorType((n, c, out), inputs[0].dtype)]
+
+
+_POOL1D_COMMON = [
+    Param("kernel_size", "int", min=1, doc="size of the pooling window"),
+    Param("stride", "int", default=None, nullable=True, min=1, doc="step between windows (default: kernel_size)"),
+    Param("padding", "int", default=0, min=0, doc="implicit padding on both sides; at most kernel_size // 2"),
+]
+_POOL1D_IN = [Port("x", ["N", "C", "L"], doc="batch, channels, length")]
+_POOL1D_OUT = [Port("y", ["N", "C", "L_out"], dtype="same:x")]
+_POOL1D_INFERENCE = (
+    "L_out = ({window})//stride+1, torch's window formula with stride defaulting to kernel_size; rounded up "
+    "in ceil_mode, where a last window that would start in the right padding is dropped"
+)
+
+
+@op(
+    "maxpool1d",
+    params=[
+        *_POOL1D_COMMON,
+        Param("dilation", "int", default=1, min=1, doc="spacing between window elements"),
+        _CEIL,
+    ],
+    inputs=_POOL1D_IN,
+    outputs=_POOL1D_OUT,
+    infer=_pool1d_infer,
+    module="torch.nn.MaxPool1d",
+    inference=_POOL1D_INFERENCE.format(window="L+2*padding-dilation*(kernel_size-1)-1"),
+    example={"op": "maxpool1d", "kernel_size": 2},
+    input_shape_example=["B", 16, 100],
+)
+def maxpool1d(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """1-d max pooling over ``[N, C, L]``: the maximum of each window."""
+    import torch
+
+    return torch.nn.MaxPool1d(
+        p.kernel_size, stride=p.stride, padding=p.padding, dilation=p.dilation, ceil_mode=p.ceil_mode
+    )
+
+
+@op(
+    "avgpool1d",
+    params=[
+        *_POOL1D_COMMON,
+        _CEIL,
+        Param("count_include_pad", "bool", default=True, doc="count the zero padding in each window's average"),
+    ],
+    inputs=_POOL1D_IN,
+    outputs=_POOL1D_OUT,
+    infer=_pool1d_infer,
+    module="torch.nn.AvgPool1d",
+    inference=_POOL1D_INFERENCE.format(window="L+2*padding-kernel_size"),
+    example={"op": "avgpool1d", "kernel_size": 2},
+    input_shape_example=["B", 16, 100],
+)
+def avgpool1d(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """1-d average pooling over ``[N, C, L]``: the mean of each window."""
+    import torch
+
+    return torch.nn.AvgPool1d(
+        p.kernel_size,
+        stride=p.stride,
+        padding=p.padding,
+        ceil_mode=p.ceil_mode,
+        count_include_pad=p.count_include_pad,
+    )
+
+
+def _adaptive1d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    shape = shape_of_rank(inputs[0], 3)
+    if shape is None:
+        return [TensorType(None, inputs[0].dtype)]
+    n, c, length = shape
+    if isinstance(length, int) and length < 1:
+        raise InferError(f"the input's length is {length}", port="x", expected="length >= 1", actual=length)
+    return [TensorType((n, c, p.output_size), inputs[0].dtype)]
+
+
+@op(
+    "adaptive_avgpool1d",
+    params=[Param("output_size", "int", min=1, doc="the output's length")],
+    inputs=_POOL1D_IN,
+    outputs=[Port("y", ["N", "C", "output_size"], dtype="same:x")],
+    infer=_adaptive1d_infer,
+    module="torch.nn.AdaptiveAvgPool1d",
+    example={"op": "adaptive_avgpool1d", "output_size": 1},
+    input_shape_example=["B", 64, 50],
+)
+def adaptive_avgpool1d(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """1-d average pooling to a fixed output length, whatever the input's length."""
+    import torch
+
+    return torch.nn.AdaptiveAvgPool1d(p.output_size)

@@ -7,6 +7,8 @@ beyond plain attributes, so the layers trace, compile and vmap like hand-written
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -14,12 +16,22 @@ from torch.nn import functional as F
 __all__ = [
     "Add",
     "Concat",
+    "CrossAttention",
+    "GRU",
+    "LSTM",
+    "Expand",
+    "LearnedTensor",
     "MatMul",
     "Mean",
     "Mul",
+    "Pad",
     "Permute",
+    "Positions",
     "Reshape",
+    "Scale",
+    "Select",
     "SelfAttention",
+    "Slice",
     "Split",
     "Transpose",
 ]
@@ -174,17 +186,271 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
         self.proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         b, t, d = x.shape
         h = self.num_heads
         q, k, v = self.qkv(x).split(d, dim=2)
         q = q.view(b, t, h, d // h).transpose(1, 2)
         k = k.view(b, t, h, d // h).transpose(1, 2)
         v = v.view(b, t, h, d // h).transpose(1, 2)
-        y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=self.causal
-        )
+        if mask is None:
+            y = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=self.causal
+            )
+        else:
+            y = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=_with_causal(mask, t, t) if self.causal else mask,
+                dropout_p=self.dropout if self.training else 0.0,
+            )
         return self.proj(y.transpose(1, 2).contiguous().view(b, t, d))
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, causal={self.causal}, dropout={self.dropout}"
+
+
+def _with_causal(mask: Tensor, t: int, s: int) -> Tensor:
+    """``mask`` restricted to the causal pattern (query i sees keys 0..i), as ``is_causal`` would; SDPA
+    takes either a mask or ``is_causal``, never both."""
+    causal = torch.ones(t, s, dtype=torch.bool, device=mask.device).tril()
+    if mask.dtype == torch.bool:
+        return mask & causal
+    return mask.masked_fill(~causal, float("-inf"))
+
+
+class CrossAttention(nn.Module):
+    """Multi-head attention of ``x`` ``[B, T, D]`` over ``kv`` ``[B, S, E]``.
+
+    ``q`` (``Linear(D, D)``) projects the queries, ``kv`` (``Linear(E, 2D)``) the keys and values (in that
+    order), heads of ``D // num_heads`` are combined by :func:`torch.nn.functional.scaled_dot_product_attention`
+    with an optional mask broadcastable to ``[B, num_heads, T, S]``, and ``proj`` (``Linear(D, D)``) maps the
+    heads back.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        kdim: int,
+        num_heads: int,
+        *,
+        causal: bool = False,
+        dropout: float = 0.0,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
+        self.embed_dim = embed_dim
+        self.kdim = kdim
+        self.num_heads = num_heads
+        self.causal = causal
+        self.dropout = dropout
+        self.q = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.kv = nn.Linear(kdim, 2 * embed_dim, bias=bias)
+        self.proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+
+    def forward(self, x: Tensor, kv: Tensor, mask: Tensor | None = None) -> Tensor:
+        b, t, d = x.shape
+        s = kv.shape[1]
+        h = self.num_heads
+        q = self.q(x).view(b, t, h, d // h).transpose(1, 2)
+        k, v = self.kv(kv).split(d, dim=2)
+        k = k.view(b, s, h, d // h).transpose(1, 2)
+        v = v.view(b, s, h, d // h).transpose(1, 2)
+        dropout = self.dropout if self.training else 0.0
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=self.causal)
+        else:
+            attn_mask = _with_causal(mask, t, s) if self.causal else mask
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
+        return self.proj(y.transpose(1, 2).contiguous().view(b, t, d))
+
+    def extra_repr(self) -> str:
+        return (
+            f"embed_dim={self.embed_dim}, kdim={self.kdim}, num_heads={self.num_heads}, causal={self.causal}, "
+            f"dropout={self.dropout}"
+        )
+
+
+class LearnedTensor(nn.Module):
+    """A learned tensor of a fixed shape, returned by ``forward()`` (no inputs): a class token, a position
+    embedding. Held as ``weight``; ``init`` is ``zeros``, ``ones``, ``normal`` or ``trunc_normal`` (normal
+    with ``std``, cut at two standard deviations)."""
+
+    def __init__(self, shape: list[int], init: str = "normal", std: float = 0.02) -> None:
+        super().__init__()
+        if init not in ("zeros", "ones", "normal", "trunc_normal"):
+            raise ValueError(f"unknown init {init!r}")
+        self.init = init
+        self.std = std
+        self.weight = nn.Parameter(torch.empty(shape))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            if self.init == "zeros":
+                self.weight.zero_()
+            elif self.init == "ones":
+                self.weight.fill_(1.0)
+            elif self.init == "normal":
+                self.weight.normal_(0.0, self.std)
+            else:
+                nn.init.trunc_normal_(self.weight, std=self.std, a=-2 * self.std, b=2 * self.std)
+
+    def forward(self) -> Tensor:
+        return self.weight
+
+    def extra_repr(self) -> str:
+        return f"shape={list(self.weight.shape)}, init={self.init!r}, std={self.std}"
+
+
+class Positions(nn.Module):
+    """``torch.arange(x.shape[dim])`` on ``x``'s device: the int64 positions of one dim."""
+
+    def __init__(self, dim: int = 1) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.arange(x.shape[self.dim], device=x.device)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class Scale(nn.Module):
+    """``x * factor`` for a constant ``factor``."""
+
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.factor
+
+    def extra_repr(self) -> str:
+        return f"factor={self.factor}"
+
+
+class Expand(nn.Module):
+    """``x.expand(sizes)``, each size an int or read on every call from a dim of ``x`` or of a second
+    tensor ``like``: a plan entry ``("x", i)`` or ``("like", i)``."""
+
+    def __init__(self, plan: list[tuple[str, int] | int]) -> None:
+        super().__init__()
+        self.plan = [entry if isinstance(entry, int) else (str(entry[0]), int(entry[1])) for entry in plan]
+        # x.expand keeps a dim given as -1; the dims read from like are filled in per call
+        self.sizes = [e if isinstance(e, int) else -1 for e in self.plan]
+        self.from_like = [(i, e[1]) for i, e in enumerate(self.plan) if isinstance(e, tuple) and e[0] == "like"]
+
+    def forward(self, x: Tensor, like: Tensor | None = None) -> Tensor:
+        if like is None or not self.from_like:
+            return x.expand(self.sizes)
+        sizes = list(self.sizes)
+        for i, j in self.from_like:
+            sizes[i] = like.shape[j]
+        return x.expand(sizes)
+
+    def extra_repr(self) -> str:
+        return f"plan={self.plan}"
+
+
+class Select(nn.Module):
+    """``x.select(dim, index)``: one position of ``dim``, which is removed."""
+
+    def __init__(self, dim: int, index: int) -> None:
+        super().__init__()
+        self.dim = dim
+        self.index = index
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.select(self.dim, self.index)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, index={self.index}"
+
+
+class Slice(nn.Module):
+    """``x[..., start:end:step, ...]`` along ``dim``."""
+
+    def __init__(self, dim: int, start: int = 0, end: int | None = None, step: int = 1) -> None:
+        super().__init__()
+        self.dim = dim
+        self.start = start
+        self.end = end
+        self.step = step
+
+    def forward(self, x: Tensor) -> Tensor:
+        index = [slice(None)] * (self.dim % x.dim()) + [slice(self.start, self.end, self.step)]
+        return x[tuple(index)]
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, start={self.start}, end={self.end}, step={self.step}"
+
+
+class Pad(nn.Module):
+    """``torch.nn.functional.pad(x, pad, mode, value)``."""
+
+    def __init__(self, pad: list[int], mode: str = "constant", value: float = 0.0) -> None:
+        super().__init__()
+        self.pad = tuple(pad)
+        self.mode = mode
+        self.value = value
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.mode == "constant":
+            return F.pad(x, self.pad, value=self.value)
+        return F.pad(x, self.pad, mode=self.mode)
+
+    def extra_repr(self) -> str:
+        return f"pad={list(self.pad)}, mode={self.mode!r}, value={self.value}"
+
+
+def _last_hidden(h_n: Tensor, directions: int) -> Tensor:
+    """The last layer's final hidden state, directions side by side: ``[layers*D, B, H]`` -> ``[B, D*H]``."""
+    last = h_n[-directions:]
+    return last.transpose(0, 1).reshape(last.shape[1], -1)
+
+
+class LSTM(nn.LSTM):
+    """``torch.nn.LSTM`` with ``batch_first=True`` that returns what ``output`` names: ``"sequence"``
+    (``[B, T, D*H]``), ``"last"`` (``[B, D*H]``) or ``"both"`` (a pair). Its parameters are ``nn.LSTM``'s."""
+
+    def __init__(self, input_size: int, hidden_size: int, *, output: str = "sequence", **kwargs: Any) -> None:
+        super().__init__(input_size, hidden_size, batch_first=True, **kwargs)
+        if output not in ("sequence", "last", "both"):
+            raise ValueError(f"unknown output {output!r}")
+        self.output = output
+
+    def forward(self, x: Tensor) -> Tensor | tuple[Tensor, Tensor]:  # type: ignore[override]
+        sequence, (h_n, _) = super().forward(x)
+        if self.output == "sequence":
+            return sequence
+        last = _last_hidden(h_n, 2 if self.bidirectional else 1)
+        return last if self.output == "last" else (sequence, last)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, output={self.output!r}"
+
+
+class GRU(nn.GRU):
+    """``torch.nn.GRU`` with ``batch_first=True`` that returns what ``output`` names, as :class:`LSTM` does.
+    Its parameters are ``nn.GRU``'s."""
+
+    def __init__(self, input_size: int, hidden_size: int, *, output: str = "sequence", **kwargs: Any) -> None:
+        super().__init__(input_size, hidden_size, batch_first=True, **kwargs)
+        if output not in ("sequence", "last", "both"):
+            raise ValueError(f"unknown output {output!r}")
+        self.output = output
+
+    def forward(self, x: Tensor) -> Tensor | tuple[Tensor, Tensor]:  # type: ignore[override]
+        sequence, h_n = super().forward(x)
+        if self.output == "sequence":
+            return sequence
+        last = _last_hidden(h_n, 2 if self.bidirectional else 1)
+        return last if self.output == "last" else (sequence, last)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, output={self.output!r}"

@@ -103,7 +103,8 @@ def _param_row(p: Param) -> list[str]:
 
 def _port_row(direction: str, p: Port) -> list[str]:
     shape = code(str(ShapePattern.parse(p.shape))) if p.shape is not None else "any"
-    name = code(p.name) + (" (one or more)" if p.variadic else "")
+    name = code(p.name) + (" (one or more)" if p.variadic else "") + (" (optional)" if p.optional else "")
+    name += f" (when {p.when})" if p.when is not None else ""
     return [name, direction, shape, code(p.dtype), p.doc]
 
 
@@ -133,7 +134,9 @@ def build_example(o: OpDef) -> dict[str, Any]:
     shape = list(o.input_shape_example if o.input_shape_example is not None else DEFAULT_INPUT_SHAPE)
     graph_params = [p.name for p in o.params if p.type.name == "graph"]
     inputs: list[tuple[str, dict[str, Any]]] = []
-    for port in o.inputs:
+    # the ports this example's parameters open, without the optional ones
+    ports_used = [p for p in o.inputs if not p.optional and (p.when is None or node.get(p.when) is True)]
+    for port in ports_used:
         contract: dict[str, Any] = {"shape": shape}
         dtype = _example_dtype(port.dtype)
         if dtype is not None:
@@ -147,7 +150,7 @@ def build_example(o: OpDef) -> dict[str, Any]:
     refs = [n for n, _ in inputs]
 
     block = _example_block(shape) if graph_params else None
-    lines = ["hndl: 1\n", f"name: {name}_example\n", "inputs:\n"]
+    lines = ["hndl: 1\n", f"name: {name}_example\n", "inputs:\n" if inputs else "inputs: {}\n"]
     lines += [f"  {n}: {flow(c)}\n" for n, c in inputs]
     if block is not None:
         lines.append("graphs:\n")
@@ -159,17 +162,19 @@ def build_example(o: OpDef) -> dict[str, Any]:
     except Exception:  # parameters the op cannot count outputs from: the check below will say why
         ports = [p.name for p in o.outputs]
     outs = [name] if len(ports) == 1 else [f"{name}.{p}" for p in ports]
-    lines += ["nodes:\n", f"  {name}: {flow({'op': o.name, 'in': in_value, **node})}\n", f"outputs: {flow(outs)}\n"]
+    written = {"op": o.name, "in": in_value, **node} if refs else {"op": o.name, **node}
+    lines += ["nodes:\n", f"  {name}: {flow(written)}\n", f"outputs: {flow(outs)}\n"]
 
     py = ["import hndl\n\n", f"g = hndl.Graph({name + '_example'!r})\n"]
     for n, c in inputs:
         dt = f", dtype={c['dtype']!r}" if "dtype" in c else ""
         py.append(f"{n} = g.input({n!r}, {tuple(c['shape'])!r}{dt})\n")
     kwargs = "".join(f", {k}={v!r}" for k, v in node.items())
+    args = "".join(f", {r}" for r in refs)
     if len(outs) == 1:
-        py.append(f"g.output(g.add({o.name!r}, {', '.join(refs)}, name={name!r}{kwargs}))\n")
+        py.append(f"g.output(g.add({o.name!r}{args}, name={name!r}{kwargs}))\n")
     else:
-        py.append(f"node = g.add({o.name!r}, {', '.join(refs)}, name={name!r}{kwargs})\n")
+        py.append(f"node = g.add({o.name!r}{args}, name={name!r}{kwargs})\n")
         py.append("g.output(" + ", ".join(f"node[{int(p) if p.isdigit() else p!r}]" for p in ports) + ")\n")
     if block is not None:
         sub = []

@@ -1,0 +1,269 @@
+"""Tensors that are not a function of the data alone: parameter, positions, expand, scale.
+
+``parameter`` is the one op without inputs: a learned tensor of a fixed shape (a class token, a position
+embedding). ``positions`` turns a dim's length into the indices ``0 .. n-1``; ``expand`` broadcasts to a shape
+whose symbolic sizes are read, at run time, from the tensors that carry them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._contracts import TensorType, format_shape, unknown_dim
+from .._dims import SYMBOL_RE, Dim, format_dim, symbol
+from .._param_types import ParamType, excerpt
+from .._registry import InferError, Param, Params, Port, op
+from ._common import norm_dim, open_at, open_index, provably_different
+
+# --- parameter ------------------------------------------------------------------------------------------
+
+
+def _parameter_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    if p.init in ("normal", "trunc_normal") and p.std <= 0:
+        raise InferError(
+            f"init={p.init!r} needs a positive std, got {p.std}",
+            code="E_PARAM",
+            param="std",
+            expected="std > 0",
+            actual=p.std,
+        )
+    return [TensorType(tuple(p.shape), "float32")]
+
+
+@op(
+    "parameter",
+    params=[
+        Param("shape", "ints", min=1, doc="the tensor's shape, e.g. [1, 1, 768] for a class token"),
+        Param(
+            "init",
+            "str",
+            default="normal",
+            choices=("zeros", "ones", "normal", "trunc_normal"),
+            doc="initial values: zeros, ones, normal(0, std), or normal(0, std) truncated to +-2 std",
+        ),
+        Param("std", "float", default=0.02, min=0, doc="standard deviation of the normal and trunc_normal inits"),
+    ],
+    inputs=[],
+    outputs=[Port("y", None, dtype="float32")],
+    infer=_parameter_infer,
+    module="hndl.torch.layers.LearnedTensor",
+    inference="the output's shape is the shape parameter",
+    example={"op": "parameter", "shape": [1, 1, 768], "init": "zeros"},
+)
+def parameter(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """A learned tensor of a fixed shape, with no inputs: a class token, a position embedding.
+
+    The module holds it as ``weight`` (``nodes.n_<name>.weight`` in the state_dict). It is a float32
+    tensor, as every torch parameter is by default; combine it with the data by ``add``, ``concat`` or
+    ``expand``.
+    """
+    from ..torch.layers import LearnedTensor
+
+    return LearnedTensor(list(p.shape), init=p.init, std=p.std)
+
+
+# --- positions ------------------------------------------------------------------------------------------
+
+
+def _positions_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    shape = inputs[0].shape
+    if shape is None:
+        return [TensorType((unknown_dim(),), "int64")]
+    if open_at(shape) is not None:
+        index = open_index(shape, p.dim)
+        return [TensorType((unknown_dim() if index is None else shape[index],), "int64")]
+    if len(shape) == 0:
+        raise InferError("a 0-d input has no dim to count", port="x", expected="rank >= 1", actual="[]")
+    return [TensorType((shape[norm_dim(p.dim, len(shape))],), "int64")]
+
+
+@op(
+    "positions",
+    params=[Param("dim", "int", default=1, doc="the dim whose positions are counted (1: the T of [B, T, D])")],
+    inputs=[Port("x", None, dtype="any", doc="any tensor; only the size of dim is read")],
+    outputs=[Port("y", ["n"], dtype="int64")],
+    infer=_positions_infer,
+    module="hndl.torch.layers.Positions",
+    inference="n is the size of the input's dim dim",
+    example={"op": "positions", "dim": 1},
+    input_shape_example=["B", "T"],
+)
+def positions(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """The int64 positions ``0 .. n-1`` of one dim of the input, for position embeddings.
+
+    ``[B, T]`` token ids give ``[T]``; an ``embedding`` of them gives ``[T, D]``, which ``add`` broadcasts
+    onto ``[B, T, D]``. The positions are made on the input's device.
+    """
+    from ..torch.layers import Positions
+
+    return Positions(p.dim)
+
+
+# --- scale ----------------------------------------------------------------------------------------------
+
+
+@op(
+    "scale",
+    params=[Param("factor", "float", doc="the constant to multiply by")],
+    inputs=[Port("x", ["*shape"])],
+    outputs=[Port("y", ["*shape"], dtype="same:x")],
+    module="hndl.torch.layers.Scale",
+    example={"op": "scale", "factor": 0.125},
+    input_shape_example=["B", "T", 64],
+)
+def scale(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Multiply by a constant (``x * factor``), e.g. ``1/sqrt(d)`` before a softmax."""
+    from ..torch.layers import Scale
+
+    return Scale(p.factor)
+
+
+# --- expand ---------------------------------------------------------------------------------------------
+
+
+def _is_size(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class _Sizes(ParamType):
+    """``expand``'s target: sizes (ints), ``-1`` (keep the input's dim) or symbol names (``B``)."""
+
+    name, description = "sizes", "list of sizes: integers, -1 (keep), or symbol names such as B"
+
+    def normalize(self, value: Any) -> tuple[Any, str]:
+        if not isinstance(value, (list, tuple)):
+            return None, f"must be a list of sizes, got {excerpt(value)}"
+        for item in value:
+            if _is_size(item):
+                if item < -1:
+                    return None, f"sizes must be 0 or more, or -1 to keep a dim, got {excerpt(value)}"
+            elif not (isinstance(item, str) and SYMBOL_RE.match(item)):
+                return None, f"entries must be integers or symbol names, got {excerpt(value)}"
+        return tuple(value), ""
+
+    def schema(self, bounds: Mapping[str, float]) -> dict[str, Any]:
+        return {
+            "type": "array",
+            "items": {
+                "anyOf": [
+                    {"type": "integer", "minimum": -1},
+                    {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                ]
+            },
+        }
+
+
+def resolve_sizes(sizes: Sequence[Any], x: Sequence[Dim], like: Sequence[Dim] | None) -> list[tuple[str, int] | int]:
+    """Where each target size comes from: ``("x", i)`` / ``("like", i)`` (a dim of an input) or an int.
+
+    A symbol is looked up in ``x``'s static shape, then in ``like``'s; ``-1`` keeps ``x``'s aligned dim.
+    The run-time layer reads the same dims, so the plan is made once, at build time.
+
+    Raises:
+        InferError: E_PARAM for a symbol neither input carries, or a -1 with no input dim to keep.
+    """
+    offset = len(sizes) - len(x)
+    plan: list[tuple[str, int] | int] = []
+    for i, size in enumerate(sizes):
+        if _is_size(size) and size >= 0:
+            plan.append(size)
+        elif size == -1:
+            if i < offset:
+                raise InferError(
+                    f"shape entry {i} is -1, but the input has no dim there (rank {len(x)}, target rank {len(sizes)})",
+                    code="E_PARAM",
+                    param="shape",
+                    expected="a size or a symbol for each new leading dim",
+                    actual=list(sizes),
+                )
+            plan.append(("x", i - offset))
+        else:
+            wanted = symbol(size)
+            source = next((("x", j) for j, d in enumerate(x) if d == wanted), None)
+            if source is None and like is not None:
+                source = next((("like", j) for j, d in enumerate(like) if d == wanted), None)
+            if source is None:
+                shapes = f"{format_shape(tuple(x))}" + ("" if like is None else f" or {format_shape(tuple(like))}")
+                raise InferError(
+                    f"symbol {size!r} is not a dim of {shapes}",
+                    code="E_PARAM",
+                    param="shape",
+                    expected="sizes, -1, or symbols that appear in an input's shape",
+                    actual=list(sizes),
+                    hint="pass a tensor that has this dim as a second input (in: [x, like])"
+                    if like is None
+                    else "use a symbol of either input's shape, or an int",
+                )
+            plan.append(source)
+    return plan
+
+
+def _expand_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    x = inputs[0]
+    like = inputs[1].shape if len(inputs) > 1 else None
+    if x.shape is None or open_at(x.shape) is not None or (like is not None and open_at(like) is not None):
+        return [TensorType(None, x.dtype)]
+    if len(p.shape) < len(x.shape):
+        raise InferError(
+            f"shape {list(p.shape)} has {len(p.shape)} entries for a rank-{len(x.shape)} input",
+            code="E_PARAM",
+            param="shape",
+            expected=f"at least {len(x.shape)} entries",
+            actual=list(p.shape),
+        )
+    plan = resolve_sizes(p.shape, x.shape, like)
+    out: list[Dim] = []
+    offset = len(p.shape) - len(x.shape)
+    for i, source in enumerate(plan):
+        target = source if isinstance(source, int) else (x.shape if source[0] == "x" else like)[source[1]]  # type: ignore[index]
+        if i >= offset:
+            have = x.shape[i - offset]
+            if have != 1 and provably_different(have, target):
+                raise InferError(
+                    f"dim {i - offset} of the input is {format_dim(have)}, which cannot expand to {format_dim(target)}",
+                    port="x",
+                    expected=f"dim {i - offset} equal to {format_dim(target)}, or 1",
+                    actual=format_shape(x.shape),
+                    hint="expand only repeats dims of size 1; use a size equal to the input's, or -1",
+                )
+            if isinstance(have, int) and have != 1 and not isinstance(target, int):
+                target = have  # the input pins it
+        out.append(target)
+    return [TensorType(tuple(out), x.dtype)]
+
+
+@op(
+    "expand",
+    params=[
+        Param(
+            "shape",
+            _Sizes(),
+            doc="the target shape: ints, -1 to keep a dim, or symbols of an input's shape ([B, 1, D])",
+        )
+    ],
+    inputs=[
+        Port("x", None, dtype="any", doc="the tensor to broadcast; its dims of size 1 repeat"),
+        Port("like", None, dtype="any", optional=True, doc="a tensor whose dims the symbols in shape name"),
+    ],
+    outputs=[Port("y", None, dtype="same:x")],
+    infer=_expand_infer,
+    module="hndl.torch.layers.Expand",
+    inference=(
+        "the output has shape's sizes: an int as written, -1 the input's dim, a symbol the dim of x (or else "
+        "of like) that the checker inferred to be that symbol; each dim of x must be 1 or equal its target"
+    ),
+    example={"op": "expand", "shape": [4, 1, -1]},
+    input_shape_example=[1, 1, 768],
+)
+def expand(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Broadcast to a larger shape without copying (``x.expand(...)``): a class token ``[1, 1, D]`` becomes
+    ``[B, 1, D]``.
+
+    A symbol in ``shape`` names a dim of an input as the checker infers it: ``{op: expand, in: [cls, x],
+    shape: [B, 1, -1]}`` reads ``B`` from ``x`` ``[B, T, D]`` on every call.
+    """
+    from ..torch.layers import Expand
+
+    like = inputs[1].shape if len(inputs) > 1 else None
+    return Expand(resolve_sizes(p.shape, inputs[0].shape or (), like))
