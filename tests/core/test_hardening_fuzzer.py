@@ -33,9 +33,9 @@ def fuzzer() -> ModuleType:
 
 @pytest.fixture
 def timer(fuzzer: ModuleType) -> Iterator[None]:
-    previous = signal.signal(signal.SIGALRM, fuzzer._timeout)
+    previous = signal.signal(signal.SIGPROF, fuzzer._timeout)
     yield
-    signal.signal(signal.SIGALRM, previous)
+    signal.signal(signal.SIGPROF, previous)
 
 
 def test_the_fuzzer_reports_a_non_hndl_error_with_a_reproducer(

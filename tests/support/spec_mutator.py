@@ -122,7 +122,7 @@ HOSTILE: dict[str, str] = {
     "conv2d zero channels": _one_node("{op: conv2d, in: x, out_channels: 2, kernel_size: 1}", "[B, 0, 4, 4]"),
     "attention width 0": _one_node("{op: attention, in: x, num_heads: 1}", "[B, 4, 0]"),
     "input named self": "hndl: 1\ninputs: {self: {shape: [B, 4]}}\nnodes: {n: {op: relu, in: self}}\noutputs: [n]\n",
-    "long name": _one_node("{op: relu, in: x}")
+    "long implicit key": _one_node("{op: relu, in: x}")
     .replace("n: {", "n" * 2000 + ": {")
     .replace("[n]", "[" + "n" * 2000 + "]"),
     "deep nesting": "hndl: 1\nx: " + "[" * 5000 + "]" * 5000 + "\n",
