@@ -8,6 +8,10 @@
 - docs: the reference docs are current (``python -m hndl.docs --check``) and the Sphinx site builds.
 - bench: the benchmarks (marked ``benchmark``, in benchmarks/ and tests/func/), which compare against
   hand-written PyTorch (and torch.func) in one process.
+- fuzz: the spec fuzzer (tests/fuzz/fuzz_specs.py) for a time budget, 10 minutes unless told otherwise:
+  ``nox -s fuzz -- --seconds 60`` (or ``HNDL_FUZZ_SECONDS=60``); other options: ``-- --help``. It exits non-zero
+  when any case raised anything but HndlError, ran too long, or failed to round-trip, and says where the
+  reproducers are.
 """
 
 from __future__ import annotations
@@ -77,3 +81,10 @@ def bench(session: nox.Session) -> None:
     _install(session, [CORE, FUNC], False)
     paths = session.posargs or ["benchmarks", "tests/func"]
     session.run("pytest", "-q", "-s", "-p", "no:cacheprovider", "-m", "benchmark", *paths)
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """Mutated spec files through load, check and a meta-device build for a time budget; reports every failure."""
+    session.install(CORE)
+    session.run("python", "tests/fuzz/fuzz_specs.py", *session.posargs)

@@ -1,28 +1,25 @@
 """Fuzzing the spec loader: whatever the text, load + build either succeeds or raises HndlError.
 
-Valid specs are mutated at random, both as data (keys deleted, values replaced by other types, references
-renamed, garbage inserted, values wrapped in lists or mappings) and as text (truncated, spliced with random
-characters, lines duplicated so keys repeat, slices deleted), and completely random text and bytes are thrown
-in too. Nothing may escape but :class:`hndl.HndlError`. Whatever loads must also survive ``dumps`` and load
-back to the same graph.
-
-Numbers stay small so that a mutated spec that still builds allocates little (``repeat`` and layer sizes are
-parameters the fuzzer touches).
+Valid specs are mutated at random by ``tests/support/spec_mutator.py``, both as data and as text, with
+Hypothesis drawing the choices (so that a failure shrinks); completely random text and bytes are thrown in too.
+Nothing may escape but :class:`hndl.HndlError`. Whatever loads must also survive ``dumps`` and load back to the
+same graph. These are the fast property tests of every run; ``nox -s fuzz`` runs the same mutator for minutes.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 import string
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from spec_mutator import JUNK_CHARACTERS, KEYS, NAMES, OPS, SEEDS, mutate_data, mutate_text, to_text
 
 import hndl
+
+T = TypeVar("T")
 
 
 def fuzz(examples: int) -> settings:
@@ -33,66 +30,6 @@ def fuzz(examples: int) -> settings:
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
     )
 
-
-SEEDS: list[dict[str, Any]] = [
-    {
-        "hndl": 1,
-        "name": "mlp",
-        "inputs": {"x": {"shape": ["B", 12]}},
-        "nodes": {
-            "hidden": {"op": "linear", "in": "x", "out_features": 8},
-            "act": {"op": "relu", "in": "hidden"},
-            "out": {"op": "linear", "in": "act", "out_features": 3},
-        },
-        "outputs": ["out"],
-    },
-    {
-        "hndl": 1,
-        "name": "tiny_transformer",
-        "inputs": {"x": {"shape": ["B", "T", 8]}},
-        "nodes": {
-            "blocks": {"op": "graph", "graph": "block", "repeat": 2, "in": "x"},
-            "norm": {"op": "layernorm", "in": "blocks"},
-        },
-        "outputs": ["norm"],
-        "graphs": {
-            "block": {
-                "inputs": {"h": {"shape": ["B", "T", "D"]}},
-                "nodes": {
-                    "ln": {"op": "layernorm", "in": "h"},
-                    "attn": {"op": "attention", "in": "ln", "num_heads": 2, "causal": True},
-                    "res": {"op": "add", "in": ["h", "attn"]},
-                    "up": {"op": "linear", "in": "res", "out_features": 16},
-                    "act": {"op": "gelu", "in": "up"},
-                    "down": {"op": "linear", "in": "act", "out_features": 8},
-                    "out": {"op": "add", "in": ["res", "down"]},
-                },
-                "outputs": ["out"],
-            }
-        },
-    },
-    {
-        "hndl": 1,
-        "name": "convs",
-        "inputs": {"img": {"shape": ["B", 3, 8, 8]}, "ids": {"shape": ["B", "T"], "dtype": "int64"}},
-        "nodes": {
-            "conv": {"op": "conv2d", "in": "img", "out_channels": 4, "kernel_size": 3, "padding": 1},
-            "bn": {"op": "batchnorm2d", "in": "conv"},
-            "pool": {"op": "maxpool2d", "in": "bn", "kernel_size": 2},
-            "flat": {"op": "flatten", "in": "pool", "start_dim": 1},
-            "parts": {"op": "split", "in": "flat", "sections": 2},
-            "sum": {"op": "add", "in": ["parts.0", "parts.1"]},
-            "emb": {"op": "embedding", "in": "ids", "num_embeddings": 10, "embedding_dim": 4},
-            "t": {"op": "transpose", "in": "emb", "dim0": 1, "dim1": 2},
-            "drop": {"op": "dropout", "in": "sum", "p": 0.5},
-        },
-        "outputs": ["drop", "t"],
-    },
-]
-
-NAMES = ["x", "h", "hidden", "act", "out", "blocks", "block", "norm", "parts.0", "parts.7", "img", "ids", "nope"]
-OPS = ["linear", "relu", "graph", "add", "conv2d", "split", "layernorm", "module", "lineer", ""]
-KEYS = ["op", "in", "shape", "dtype", "inputs", "nodes", "outputs", "graphs", "hndl", "name", "repeat", "graph", "zz"]
 
 scalars = st.one_of(
     st.none(),
@@ -112,63 +49,31 @@ values = st.recursive(
 )
 
 
-def paths(tree: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every path to a value inside ``tree`` (the root included)."""
-    out = [prefix]
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            out += paths(value, (*prefix, key))
-    elif isinstance(tree, list):
-        for i, value in enumerate(tree):
-            out += paths(value, (*prefix, i))
-    return out
+class DrawChooser:
+    """The mutator's choices drawn by Hypothesis, so that what it finds shrinks."""
 
+    def __init__(self, draw: st.DrawFn) -> None:
+        self.draw = draw
 
-def parent_and_key(tree: Any, path: tuple[Any, ...]) -> tuple[Any, Any]:
-    node = tree
-    for key in path[:-1]:
-        node = node[key]
-    return node, path[-1]
+    def choice(self, options: Sequence[T]) -> T:
+        return self.draw(st.sampled_from(options))
+
+    def integer(self, low: int, high: int) -> int:
+        return self.draw(st.integers(min_value=low, max_value=high))
+
+    def value(self) -> Any:
+        return self.draw(values)
+
+    def junk(self) -> str:
+        return self.draw(st.text(alphabet=st.sampled_from(JUNK_CHARACTERS), max_size=6) | st.text(max_size=4))
+
+    def character(self) -> str:
+        return self.draw(st.characters())
 
 
 @st.composite
 def mutated_data(draw: st.DrawFn) -> Any:
-    tree = copy.deepcopy(draw(st.sampled_from(SEEDS)))
-    for _ in range(draw(st.integers(min_value=1, max_value=3))):
-        all_paths = [p for p in paths(tree) if p]
-        if not isinstance(tree, (dict, list)) or not all_paths:
-            break
-        # Most mutations go inside nodes, so that many mutants get past the loader to the checker and builder.
-        inside_nodes = [p for p in all_paths if len(p) >= 3 and "nodes" in p[:-1]]
-        pool = inside_nodes if inside_nodes and draw(st.integers(0, 9)) < 6 else all_paths
-        path = draw(st.sampled_from(pool))
-        parent, key = parent_and_key(tree, path)
-        action = draw(st.sampled_from(["delete", "replace", "rename", "insert", "wrap_list", "wrap_dict", "op"]))
-        if action == "delete":
-            del parent[key]
-        elif action == "replace":
-            parent[key] = draw(values)
-        elif action == "rename":
-            parent[key] = draw(st.sampled_from(NAMES))
-        elif action == "insert" and isinstance(parent, dict):
-            parent[draw(st.sampled_from(KEYS + NAMES))] = draw(values)
-        elif action == "insert" and isinstance(parent, list):
-            parent.insert(draw(st.integers(0, len(parent))), draw(values))
-        elif action == "wrap_list":
-            parent[key] = [parent[key]]
-        elif action == "wrap_dict":
-            parent[key] = {draw(st.sampled_from(KEYS)): parent[key]}
-        elif action == "op" and isinstance(parent[key], dict):
-            parent[key]["op"] = draw(st.sampled_from(OPS))
-    if draw(st.booleans()):
-        tree = draw(st.sampled_from([tree, [tree], {"wrapped": tree}])) if draw(st.integers(0, 9)) == 0 else tree
-    return tree
-
-
-def to_text(tree: Any, style: str) -> str:
-    if style == "json":
-        return json.dumps(tree, allow_nan=True)
-    return yaml.safe_dump(tree, default_flow_style=style == "flow", sort_keys=False, allow_unicode=True)
+    return mutate_data(DrawChooser(draw), draw(st.sampled_from(SEEDS)))
 
 
 def load_and_build(source: Any) -> hndl.Graph | None:
@@ -225,31 +130,7 @@ def test_mutated_specs_load_and_build_or_raise_hndl_error(tree: Any, style: str)
 @st.composite
 def mutated_text(draw: st.DrawFn) -> str:
     text = to_text(draw(st.sampled_from(SEEDS)), draw(st.sampled_from(["block", "flow", "json"])))
-    for _ in range(draw(st.integers(min_value=1, max_value=3))):
-        action = draw(st.sampled_from(["truncate", "insert", "delete", "duplicate_line", "swap_char"]))
-        at = draw(st.integers(min_value=0, max_value=len(text)))
-        if action == "truncate":
-            text = text[:at]
-        elif action == "insert":
-            junk = draw(
-                st.text(
-                    alphabet=st.sampled_from(list(":{}[],-&*!|>'\"#%@`?\t\n ") + list(string.ascii_letters)), max_size=6
-                )
-                | st.text(max_size=4)
-            )
-            text = text[:at] + junk + text[at:]
-        elif action == "delete":
-            end = draw(st.integers(min_value=at, max_value=min(len(text), at + 20)))
-            text = text[:at] + text[end:]
-        elif action == "duplicate_line":
-            lines = text.split("\n")
-            i = draw(st.integers(min_value=0, max_value=len(lines) - 1))
-            lines.insert(i, lines[i])
-            text = "\n".join(lines)
-        elif action == "swap_char" and text:
-            i = min(at, len(text) - 1)
-            text = text[:i] + draw(st.characters()) + text[i + 1 :]
-    return text
+    return mutate_text(DrawChooser(draw), text)
 
 
 @fuzz(1200)

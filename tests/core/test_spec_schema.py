@@ -222,7 +222,7 @@ PARAM_VALUES = st.recursive(
         st.booleans(),
         st.integers(-3, 12),
         st.integers(),
-        st.floats(),
+        st.floats(allow_nan=False, allow_infinity=False),  # JSON has no NaN or infinity: see SPEC §4.9
         st.sampled_from([1.0, 2.0, -1.0, 0.5]),
         st.sampled_from(["float32", "torch.float32", "torch.float", "int", "same:x", "none", "tanh", "block", ""]),
         st.text(max_size=5),

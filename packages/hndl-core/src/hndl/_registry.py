@@ -23,6 +23,7 @@ it is asked for an op it does not know, or for the list of all ops.
 from __future__ import annotations
 
 import inspect
+import math
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -82,6 +83,8 @@ class Param:
         choices: allowed values.
         inferred: the value follows from input shapes; it may be given, and must then agree.
         nullable: ``None`` is an allowed value.
+        finite: a number must be finite: NaN and infinities (``.nan``, ``.inf`` in YAML) are refused. Turn it
+            off only for a parameter where they mean something; bounds still refuse NaN.
     """
 
     name: str
@@ -93,6 +96,7 @@ class Param:
     choices: tuple[Any, ...] | None
     inferred: bool
     nullable: bool
+    finite: bool
 
     def __init__(
         self,
@@ -105,6 +109,7 @@ class Param:
         choices: Sequence[Any] | None = None,
         inferred: bool = False,
         nullable: bool = False,
+        finite: bool = True,
     ) -> None:
         fields = {
             "name": name,
@@ -116,6 +121,7 @@ class Param:
             "choices": None if choices is None else tuple(choices),
             "inferred": inferred,
             "nullable": nullable,
+            "finite": finite,
         }
         for key, value in fields.items():
             object.__setattr__(self, key, value)
@@ -133,9 +139,12 @@ class Param:
             return None, reason
         if self.type.bounded:
             for v in self.type.bounded_items(value):
-                if self.min is not None and v < self.min:
+                if self.finite and isinstance(v, float) and not math.isfinite(v):
+                    return None, f"must be a finite number, got {excerpt(value)}"
+                # Written as "not within" so that NaN, which compares false with everything, is out of bounds.
+                if self.min is not None and not v >= self.min:
                     return None, f"must be >= {_number(self.min)}, got {excerpt(value)}"
-                if self.max is not None and v > self.max:
+                if self.max is not None and not v <= self.max:
                     return None, f"must be <= {_number(self.max)}, got {excerpt(value)}"
         if self.choices is not None and value not in self.choices:
             options = ", ".join(repr(c) for c in self.choices)

@@ -24,6 +24,9 @@ FORMAT_VERSION = 1
 #: The keys of a spec node that are not parameters of its op.
 NODE_KEYS = ("op", "in")
 
+# YAML limits an implicit ("simple") key to 1024 characters; a longer name is written as an explicit key.
+_LONGEST_SIMPLE_KEY = 1000
+
 
 class _Dumper(yaml.SafeDumper):
     """Writes scalars so that both YAML 1.2 (hndl) and YAML 1.1 (``yaml.safe_load``) read them back the same:
@@ -66,6 +69,10 @@ def flow_yaml(value: Any) -> str:
         )
     except yaml.YAMLError:
         raise HndlError(Problem("E_SPEC", f"{type(value).__name__} {excerpt(value)} is not plain data")) from None
+    except ValueError:  # Python cannot write an integer of more than 4,300 digits as text
+        raise HndlError(
+            Problem("E_SPEC", f"{excerpt(value)} holds an integer of more than 4,300 digits, which cannot be written")
+        ) from None
     # A lone scalar is written as a document ("x\n...\n"); keep only the value.
     return text.removesuffix("\n...\n").rstrip("\n")
 
@@ -96,7 +103,7 @@ def dumps(graph: Graph) -> str:
     if graph.graphs:
         lines.append("graphs:")
         for name, sub in graph.graphs.items():
-            lines.append(f"  {flow_yaml(name)}:")
+            lines += _entry("  ", name, "")
             lines += _graph_lines(sub, "    ", problems)
     problems.raise_if_any(title=f"graph '{graph.name}'")
     return "\n".join(lines) + "\n"
@@ -105,7 +112,7 @@ def dumps(graph: Graph) -> str:
 def _graph_lines(graph: Graph, indent: str, problems: ProblemList) -> list[str]:
     lines = [f"{indent}inputs:" if graph.inputs else f"{indent}inputs: {{}}"]
     for name, spec in graph.inputs.items():
-        lines.append(f"{indent}  {flow_yaml(name)}: {flow_yaml(spec.contract.to_spec())}")
+        lines += _entry(f"{indent}  ", name, flow_yaml(spec.contract.to_spec()))
     lines.append(f"{indent}nodes:" if graph.nodes else f"{indent}nodes: {{}}")
     for name, node in graph.nodes.items():
         entry: dict[str, Any] = {"op": node.op}
@@ -129,9 +136,18 @@ def _graph_lines(graph: Graph, indent: str, problems: ProblemList) -> list[str]:
                 )
                 continue
             entry[key] = plain
-        lines.append(f"{indent}  {flow_yaml(name)}: {flow_yaml(entry)}")
+        lines += _entry(f"{indent}  ", name, flow_yaml(entry))
     lines.append(f"{indent}outputs: {flow_yaml(list(graph.outputs))}")
     return lines
+
+
+def _entry(indent: str, key: str, value: str) -> list[str]:
+    """The line ``key: value`` of a block mapping (``value`` empty when a block follows); a key too long for
+    YAML's implicit keys is written explicitly, as ``? key`` and ``: value`` on two lines."""
+    key_text = flow_yaml(key)
+    if len(key_text) <= _LONGEST_SIMPLE_KEY:
+        return [f"{indent}{key_text}: {value}".rstrip()]
+    return [f"{indent}? {key_text}", f"{indent}: {value}".rstrip()]
 
 
 def _plain_param(value: Any) -> tuple[Any, str]:

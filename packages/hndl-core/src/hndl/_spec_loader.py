@@ -17,9 +17,9 @@ from typing import Any
 from ._contracts import Contract
 from ._errors import HndlError, Problem, ProblemList
 from ._graph import NAME_RE, Graph
-from ._param_types import excerpt
+from ._param_types import excerpt, printable
 from ._spec_dumper import FORMAT_VERSION, NODE_KEYS, flow_yaml
-from ._yaml_reader import Located, describe, read_yaml
+from ._yaml_reader import MAX_TEXT, Located, describe, read_yaml
 from .naming import suggestion
 
 __all__ = ["load", "loads"]
@@ -62,7 +62,9 @@ def load(path: str | os.PathLike[str], *, allow_imports: bool = False) -> Graph:
     """
     file = _path_of(path)
     try:
-        data = Path(file).read_bytes()
+        # At most one byte past the limit: enough to know the file is too long, and /dev/zero ends too.
+        with open(file, "rb") as stream:
+            data = stream.read(MAX_TEXT + 1)
     except FileNotFoundError:
         raise HndlError(
             Problem("E_SPEC", f"no such file: {_shown_path(file)}", hint=_missing_file_hint(file))
@@ -72,6 +74,10 @@ def load(path: str | os.PathLike[str], *, allow_imports: bool = False) -> Graph:
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
         reason = getattr(exc, "strerror", None) or str(exc)
         raise HndlError(Problem("E_SPEC", f"cannot read spec file {_shown_path(file)}: {reason}")) from None
+    if len(data) > MAX_TEXT:
+        raise HndlError(
+            Problem("E_SPEC", f"spec file {_shown_path(file)} is longer than {MAX_TEXT:,} bytes"),
+        )
     return _load_text(_decode(data, file), file, allow_imports)
 
 
@@ -91,6 +97,8 @@ def loads(text: str | bytes, *, allow_imports: bool = False) -> Graph:
             duplicate names.
     """
     if isinstance(text, (bytes, bytearray)):
+        if len(text) > MAX_TEXT:
+            raise HndlError(Problem("E_SPEC", f"the spec is longer than {MAX_TEXT:,} bytes"))
         text = _decode(bytes(text), _TEXT_LABEL)
     elif not isinstance(text, str):
         raise HndlError(
@@ -140,7 +148,7 @@ def _decode(data: bytes, file: str) -> str:
             Problem(
                 "E_SPEC",
                 f"the spec is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}",
-                location=file if file != _TEXT_LABEL else None,
+                location=printable(file) if file != _TEXT_LABEL else None,
             ),
             title=f"spec {_shown_path(file)}",
         ) from None
@@ -148,13 +156,23 @@ def _decode(data: bytes, file: str) -> str:
 
 def _load_text(text: str, file: str, allow_imports: bool) -> Graph:
     problems = ProblemList()
-    root = read_yaml(text, file, problems)
+    # Locations name the file escaped: a file name with a line break or an escape code stays one harmless line.
+    root = read_yaml(text, printable(file), problems)
     graph = None
     if root is not None:
         graph = _SpecBuilder(file, problems, allow_imports=bool(allow_imports)).root(root)
     problems.raise_if_any(title=f"spec {_shown_path(file)}")
     assert graph is not None
     return graph
+
+
+#: The longest message the loader passes on from the contract parser, which quotes the entry it could not read.
+_LONGEST_MESSAGE = 300
+
+
+def _bounded(message: str) -> str:
+    """A message cut to a bounded length: one quoting a long shape entry or dtype would otherwise echo all of it."""
+    return message if len(message) <= _LONGEST_MESSAGE else message[: _LONGEST_MESSAGE - 3] + "..."
 
 
 def _is_name(value: Any) -> bool:
@@ -377,7 +395,7 @@ class _SpecBuilder:
             try:
                 Contract.make(**{"shape": (), key: part.plain()})
             except ValueError as exc:
-                self.add("E_SPEC", str(exc), part.loc, node=name, op="input")
+                self.add("E_SPEC", _bounded(str(exc)), part.loc, node=name, op="input")
                 contract_ok = False
         if not contract_ok:
             return

@@ -23,12 +23,18 @@ import yaml
 from ._errors import ProblemList
 from ._param_types import excerpt
 
-__all__ = ["CORE_RESOLVERS", "Duplicate", "Located", "describe", "read_yaml"]
+__all__ = ["CORE_RESOLVERS", "MAX_INT_DIGITS", "MAX_TEXT", "Duplicate", "Located", "describe", "read_yaml"]
 
-# Bounds on what a text may expand to: aliases can make a small text describe an enormous tree ("billion
-# laughs"), and deep nesting would otherwise end in a RecursionError.
-MAX_VALUES = 200_000
+# Bounds on the work a text can cause. Reading YAML costs time in proportion to the text, so the text itself is
+# capped; aliases can make a small text describe an enormous tree ("billion laughs"), so values are counted as
+# they are composed (and again as aliases are expanded); deep nesting would otherwise end in a RecursionError.
+#: The longest spec text read, in characters (bytes, for a file or ``bytes``).
+MAX_TEXT = 2_000_000
+MAX_VALUES = 50_000
 MAX_DEPTH = 64
+#: The most decimal digits an integer may have: Python refuses to convert longer ones to and from text.
+MAX_INT_DIGITS = 4300
+_INT_LIMIT = 10**MAX_INT_DIGITS
 
 _TAG = "tag:yaml.org,2002:"
 STR, INT, FLOAT, BOOL, NULL = (_TAG + t for t in ("str", "int", "float", "bool", "null"))
@@ -50,10 +56,44 @@ CORE_RESOLVERS: list[tuple[str, re.Pattern[str], list[str | None]]] = [
 ]
 
 
+class _TooBig(Exception):
+    """Composition stopped early: too many values, or nesting too deep (``problem`` says which)."""
+
+    def __init__(self, problem: str, mark: Any, hint: str | None = None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.mark = mark
+        self.hint = hint
+
+
 class _Loader(yaml.SafeLoader):
-    """The safe loader with YAML 1.2 core resolution (used for composition only, never construction)."""
+    """The safe loader with YAML 1.2 core resolution (used for composition only, never construction).
+
+    It counts values and nesting as it composes them, so that a text of a million list items, or of thousands
+    of opening brackets, stops at the bound instead of being parsed in full first (minutes and gigabytes for
+    the first; the scanner's cost grows with the square of the nesting for the second)."""
 
     yaml_implicit_resolvers: ClassVar[dict[Any, Any]] = {}
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.values = 0
+        self.depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        # A mapping key is composed with index None; keys are not values (the reader counts the same way).
+        if not (isinstance(parent, yaml.MappingNode) and index is None):
+            self.values += 1
+            if self.values > MAX_VALUES:
+                mark = self.peek_event().start_mark
+                raise _TooBig(f"the spec has more than {MAX_VALUES:,} values", mark, _TOO_BIG_HINT)
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH + 1:  # the document itself is depth 1
+                raise _TooBig(f"values are nested more than {MAX_DEPTH} levels deep", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 for _tag, _regexp, _first in CORE_RESOLVERS:
@@ -137,12 +177,25 @@ def read_yaml(text: str, file: str, problems: ProblemList) -> Located | None:
 
     ``file`` is the label locations start with (a path, or ``<string>``).
     """
+    if len(text) > MAX_TEXT:
+        problems.add("E_SPEC", f"the spec is longer than {MAX_TEXT:,} characters", hint=_TOO_BIG_HINT)
+        return None
     if text.lstrip().startswith(("{", "[")):
         # JSON is YAML's flow style, except that JSON may indent with tabs, which YAML forbids. Tabs in
         # indentation carry no meaning in JSON, so they become spaces (one for one: columns stay right).
         text = _LEADING_TABS.sub(lambda m: m.group(0).replace("\t", " "), text)
+    loader = None
     try:
-        node = yaml.compose(text, Loader=_Loader)
+        loader = _Loader(text)  # reads the text's first characters: may raise ReaderError already
+        node = loader.get_single_node()
+    except _TooBig as exc:
+        problems.add(
+            "E_SPEC",
+            exc.problem,
+            location=f"{file}:{exc.mark.line + 1}:{exc.mark.column + 1}",
+            hint=exc.hint,
+        )
+        return None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         location = f"{file}:{mark.line + 1}:{mark.column + 1}" if mark is not None else None
@@ -170,6 +223,9 @@ def read_yaml(text: str, file: str, problems: ProblemList) -> Located | None:
     except RecursionError:
         problems.add("E_SPEC", "the spec is nested too deeply to read")
         return None
+    finally:
+        if loader is not None:
+            loader.dispose()
     if node is None:
         problems.add(
             "E_SPEC",
@@ -179,6 +235,9 @@ def read_yaml(text: str, file: str, problems: ProblemList) -> Located | None:
         )
         return None
     return _Reader(file, problems).convert(node, 0)
+
+
+_TOO_BIG_HINT = "a spec this large is probably a mistake; hndl reads specs of a few thousand nodes quickly"
 
 
 class _Reader:
@@ -202,7 +261,7 @@ class _Reader:
                 self.too_big = True
                 self.problems.add(
                     "E_SPEC",
-                    f"the spec expands to more than {MAX_VALUES} values",
+                    f"the spec expands to more than {MAX_VALUES:,} values",
                     location=loc,
                     hint="aliases (*name) repeat what they refer to; a spec this large is probably a mistake",
                 )
@@ -275,6 +334,13 @@ class _Reader:
                 return Located(_parse_int(text), loc)
             if tag == FLOAT:
                 return Located(_parse_float(text), loc)
+        except _IntegerTooLong:
+            self.problems.add(
+                "E_SPEC",
+                f"integer {excerpt(text, limit=20)} has more than {MAX_INT_DIGITS:,} digits",
+                location=loc,
+            )
+            return Located(None, loc, ok=False)
         except ValueError:
             self.problems.add("E_SPEC", f"{excerpt(text)} is not a valid {_show_tag(tag)} value", location=loc)
             return Located(None, loc, ok=False)
@@ -290,16 +356,27 @@ class _Reader:
         return Located(None, loc, ok=False)
 
 
+class _IntegerTooLong(ValueError):
+    pass
+
+
 def _parse_int(text: str) -> int:
     sign = -1 if text.startswith("-") else 1
     body = text.lstrip("+-")
     if body.startswith("0x"):
-        return sign * int(body[2:], 16)
-    if body.startswith("0o"):
-        return sign * int(body[2:], 8)
-    if not body.isdigit():
+        value = int(body[2:], 16)
+    elif body.startswith("0o"):
+        value = int(body[2:], 8)
+    elif not body.isdigit():
         raise ValueError(text)
-    return sign * int(body, 10)
+    elif len(body.lstrip("0")) > MAX_INT_DIGITS:
+        raise _IntegerTooLong(text)  # before int(), which would refuse it with a ValueError of its own
+    else:
+        value = int(body, 10)
+    # 0x and 0o integers have no such limit in Python, but one that large could not be printed in a message.
+    if value >= _INT_LIMIT:
+        raise _IntegerTooLong(text)
+    return sign * value
 
 
 def _parse_float(text: str) -> float:

@@ -7,14 +7,19 @@
 
 Also runnable as ``python -m hndl``. Exit status: 0 when everything checked out, 1 when a file has problems
 (or cannot be read), 2 for a usage error. Output is plain text, the same on a terminal and in a pipe.
+
+Everything printed passes through :func:`_say` (and problems through :func:`_render`), which escape control
+characters: names, values and file names come from spec files that may be hostile, and an escape code or a line
+break in one must neither reach the terminal nor forge a line of output (``other.yaml: OK``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -23,6 +28,7 @@ from ._check import CheckedGraph, check
 from ._contracts import format_shape
 from ._errors import HndlError, Problem
 from ._graph import Graph
+from ._param_types import excerpt, printable
 from ._plan import lower
 from ._spec_loader import load
 
@@ -110,12 +116,15 @@ def _prepare(file: str, *, allow_imports: bool) -> tuple[Graph, CheckedGraph, An
     return graph, checked, model
 
 
+_META_HINT = "hndl builds the model on PyTorch's meta device, which allocates no memory; the layer failed there"
+
+
 def _build(graph: Graph) -> Any:
     """Build the model to find what only the layers' constructors reject, and to count parameters.
 
     The build runs on PyTorch's ``meta`` device, which allocates no memory, so checking a model with billions
-    of parameters is as quick as checking a small one. A builder that cannot run on ``meta`` gets a real build,
-    which also reports the true problem if there is one.
+    of parameters is as quick as checking a small one, and a hostile spec cannot make ``hndl check`` allocate
+    gigabytes. There is no retry with a real build: a layer that fails on ``meta`` is reported as failing there.
     """
     import torch
 
@@ -124,14 +133,62 @@ def _build(graph: Graph) -> Any:
     try:
         with torch.device("meta"):
             return build(graph)
-    except Exception:
-        return build(graph)
+    except HndlError as exc:
+        # The graph checked, so these are the layers' own constructors failing; say where they ran.
+        problems = [p if p.hint else dataclasses.replace(p, hint=_META_HINT) for p in exc.problems]
+        raise HndlError(problems, title=exc.title) from exc
+    except Exception as exc:
+        raise HndlError(
+            Problem(
+                "E_PARAM",
+                f"the model could not be built on PyTorch's meta device: {type(exc).__name__}: {excerpt(str(exc))}",
+                hint="hndl check and hndl summary build on the meta device only, so that they allocate no memory",
+            )
+        ) from exc
+
+
+def _say(text: str, out: IO[str]) -> None:
+    """Print one line of output, control characters escaped (see the module docstring)."""
+    print(printable(text), file=out)
 
 
 def _render(problem: Problem, file: str) -> str:
-    text = str(problem)
+    """A problem as printed: its usual layout (headline, then indented lines), every field escaped first, so the
+    layout's own line breaks are the only ones."""
+    safe = dataclasses.replace(
+        problem,
+        message=printable(problem.message),
+        node=_safe(problem.node),
+        op=_safe(problem.op),
+        port=_safe(problem.port),
+        location=_safe(problem.location),
+        hint=_safe(problem.hint),
+        expected=_safe(problem.expected),
+        actual=_safe(problem.actual),
+        bindings=None if problem.bindings is None else {_safe(k): _safe(v) for k, v in problem.bindings.items()},
+    )
+    text = str(safe)
     # Every line starts with where the problem is, so editors and grep can jump to it.
-    return text if problem.location else f"{file}: {text}"
+    return text if problem.location else f"{printable(file)}: {text}"
+
+
+def _safe(value: Any) -> Any:
+    """``value`` with its text escaped, for a problem's fields: strings inside lists too; an integer too long to
+    print (more than 4,300 digits) as a short description."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, (list, tuple)):
+        return [_safe(v) for v in value]
+    if isinstance(value, Mapping):
+        return {_safe(k): _safe(v) for k, v in value.items()}
+    if isinstance(value, int):
+        return excerpt(value, limit=10_000)
+    try:
+        return printable(str(value))
+    except ValueError:
+        return "<unprintable value>"
 
 
 def _leaf_count(checked: CheckedGraph) -> int:
@@ -154,11 +211,11 @@ def _check_files(files: Sequence[str], *, allow_imports: bool, out: IO[str]) -> 
                 print(_render(problem, file), file=out)
             continue
         count = _leaf_count(checked)
-        print(f"{file}: OK ({count} node{'' if count == 1 else 's'})", file=out)
+        _say(f"{file}: OK ({count} node{'' if count == 1 else 's'})", out)
     if problems:
         noun = "problem" if problems == 1 else "problems"
         where = "file" if failed_files == 1 else "files"
-        print(f"Found {problems} {noun} in {failed_files} {where}.", file=out)
+        _say(f"Found {problems} {noun} in {failed_files} {where}.", out)
         return 1
     return 0
 
@@ -173,10 +230,10 @@ def _summary(file: str, *, allow_imports: bool, out: IO[str]) -> int:
         for problem in exc.problems:
             print(_render(problem, file), file=out)
         noun = "problem" if len(exc.problems) == 1 else "problems"
-        print(f"Found {len(exc.problems)} {noun} in 1 file.", file=out)
+        _say(f"Found {len(exc.problems)} {noun} in 1 file.", out)
         return 1
     for line in summary_lines(graph, checked, model, file):
-        print(line, file=out)
+        _say(line, out)
     return 0
 
 
@@ -187,23 +244,40 @@ def summary_lines(graph: Graph, checked: CheckedGraph, model: Any, file: str) ->
         node = step.node
         module = model.node_module(node.path)
         count = 0 if module is None else sum(p.numel() for p in module.parameters())
-        rows.append(
-            (
-                node.qualname,
-                node.op,
-                ", ".join(format_shape(t.shape) for t in node.in_types),
-                ", ".join(format_shape(t.shape) for t in node.out_types),
-                f"{count:,}",
-            )
+        # Cells escaped before the columns are sized, so that the escapes count in the widths.
+        cells = (
+            node.qualname,
+            node.op,
+            ", ".join(_shape_text(t.shape) for t in node.in_types),
+            ", ".join(_shape_text(t.shape) for t in node.out_types),
+            f"{count:,}",
         )
+        rows.append(tuple(printable(cell) for cell in cells))
     total = sum(p.numel() for p in model.parameters())
-    inputs = ", ".join(f"{name} {format_shape(t.shape)}" for name, t in zip(checked.input_names, _input_types(checked)))
-    outputs = ", ".join(f"{ref} {format_shape(t.shape)}" for ref, t in zip(graph.outputs, checked.output_types))
+    inputs = ", ".join(f"{name} {_shape_text(t.shape)}" for name, t in zip(checked.input_names, _input_types(checked)))
+    outputs = ", ".join(f"{ref} {_shape_text(t.shape)}" for ref, t in zip(graph.outputs, checked.output_types))
     lines = [f"{graph.name} ({file})", f"inputs:  {inputs or 'none'}", f"outputs: {outputs or 'none'}", ""]
+    lines = [printable(line) for line in lines]
     lines += _table(("node", "op", "input shape", "output shape", "params"), rows, right=(4,))
     noun = "node" if len(rows) == 1 else "nodes"
     lines.append(f"{len(rows)} {noun}, {total:,} parameters")
     return lines
+
+
+def _shape_text(shape: Any) -> str:
+    """A shape as messages print it; one whose dims are too long to print as decimals (a literal product in a
+    shape expression can exceed Python's 4,300 digits) is printed entry by entry, the long ones described."""
+    try:
+        return format_shape(shape)
+    except ValueError:
+        return "[" + ", ".join(_dim_text(d) for d in shape) + "]"
+
+
+def _dim_text(dim: Any) -> str:
+    try:
+        return format_shape([dim])[1:-1]
+    except ValueError:
+        return "<a dim too long to print>"
 
 
 def _input_types(checked: CheckedGraph) -> list[Any]:

@@ -1,0 +1,238 @@
+"""Mutated spec files, for fuzzing the loader, the checker and the builder.
+
+Valid seed specs are mutated as data (keys deleted, values replaced by other types, references renamed, garbage
+inserted, values wrapped in lists or mappings) and as text (truncated, spliced with random characters, lines
+duplicated so keys repeat, slices deleted). The mutations draw their choices from a :class:`Chooser`, so the
+same mutator serves Hypothesis (``tests/core/test_spec_fuzz.py``, which shrinks what it finds) and the
+time-budgeted fuzzer behind ``nox -s fuzz`` (``tests/fuzz/fuzz_specs.py``, plain ``random`` for speed).
+
+``HOSTILE`` holds the spec texts of the hardening issue (huge integers, deep parentheses, nested ``repeat``,
+long lists, control characters, NaN): the fuzzer runs each of them first, then mutates them like the seeds.
+Numbers in the seeds stay small, so that a mutant that still builds allocates little.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import string
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+SEEDS: list[dict[str, Any]] = [
+    {
+        "hndl": 1,
+        "name": "mlp",
+        "inputs": {"x": {"shape": ["B", 12]}},
+        "nodes": {
+            "hidden": {"op": "linear", "in": "x", "out_features": 8},
+            "act": {"op": "relu", "in": "hidden"},
+            "out": {"op": "linear", "in": "act", "out_features": 3},
+        },
+        "outputs": ["out"],
+    },
+    {
+        "hndl": 1,
+        "name": "tiny_transformer",
+        "inputs": {"x": {"shape": ["B", "T", 8]}},
+        "nodes": {
+            "blocks": {"op": "graph", "graph": "block", "repeat": 2, "in": "x"},
+            "norm": {"op": "layernorm", "in": "blocks"},
+        },
+        "outputs": ["norm"],
+        "graphs": {
+            "block": {
+                "inputs": {"h": {"shape": ["B", "T", "D"]}},
+                "nodes": {
+                    "ln": {"op": "layernorm", "in": "h"},
+                    "attn": {"op": "attention", "in": "ln", "num_heads": 2, "causal": True},
+                    "res": {"op": "add", "in": ["h", "attn"]},
+                    "up": {"op": "linear", "in": "res", "out_features": 16},
+                    "act": {"op": "gelu", "in": "up"},
+                    "down": {"op": "linear", "in": "act", "out_features": 8},
+                    "out": {"op": "add", "in": ["res", "down"]},
+                },
+                "outputs": ["out"],
+            }
+        },
+    },
+    {
+        "hndl": 1,
+        "name": "convs",
+        "inputs": {"img": {"shape": ["B", 3, 8, 8]}, "ids": {"shape": ["B", "T"], "dtype": "int64"}},
+        "nodes": {
+            "conv": {"op": "conv2d", "in": "img", "out_channels": 4, "kernel_size": 3, "padding": 1},
+            "bn": {"op": "batchnorm2d", "in": "conv"},
+            "pool": {"op": "maxpool2d", "in": "bn", "kernel_size": 2},
+            "flat": {"op": "flatten", "in": "pool", "start_dim": 1},
+            "parts": {"op": "split", "in": "flat", "sections": 2},
+            "sum": {"op": "add", "in": ["parts.0", "parts.1"]},
+            "emb": {"op": "embedding", "in": "ids", "num_embeddings": 10, "embedding_dim": 4},
+            "t": {"op": "transpose", "in": "emb", "dim0": 1, "dim1": 2},
+            "drop": {"op": "dropout", "in": "sum", "p": 0.5},
+        },
+        "outputs": ["drop", "t"],
+    },
+]
+
+
+def _one_node(node: str, shape: str = "[B, 4]") -> str:
+    return f"hndl: 1\ninputs: {{x: {{shape: {shape}}}}}\nnodes: {{n: {node}}}\noutputs: [n]\n"
+
+
+_BIG = "9" * 4301
+_NESTED_REPEAT = (
+    "hndl: 1\ninputs: {x: {shape: [B, 4]}}\nnodes: {n: {op: graph, graph: a, repeat: 1000, in: x}}\n"
+    "outputs: [n]\ngraphs:\n"
+    "  a: {inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: graph, graph: b, repeat: 1000, in: h}}, outputs: [m]}\n"
+    "  b: {inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: graph, graph: c, repeat: 1000, in: h}}, outputs: [m]}\n"
+    "  c: {inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: relu, in: h}}, outputs: [m]}\n"
+)
+
+#: Spec texts from the hardening issue, each once bounded-time trouble or a non-HndlError.
+HOSTILE: dict[str, str] = {
+    "huge int version": f"hndl: {_BIG}\ninputs: {{}}\nnodes: {{}}\noutputs: []\n",
+    "huge int repeat": _one_node(f"{{op: graph, graph: g, in: x, repeat: {_BIG}}}"),
+    "huge int param": _one_node(f"{{op: linear, in: x, out_features: {_BIG}}}"),
+    "huge int dim": _one_node("{op: relu, in: x}", f"[B, {_BIG}]"),
+    "huge hex dim": _one_node("{op: relu, in: x}", "[B, 0x" + "f" * 3600 + "]"),
+    "huge 4300-digit dim": _one_node("{op: linear, in: x, out_features: 2}", "[B, " + "9" * 4300 + "]"),
+    "huge product dim": _one_node("{op: relu, in: x}", "[B, '" + "9" * 4300 + "*" + "9" * 4300 + "']"),
+    "huge dim linear": _one_node("{op: linear, in: x, out_features: 2}", "[B, 99999999999999999999]"),
+    "deep parens": _one_node("{op: relu, in: x}", "[B, '" + "(" * 400 + "B" + ")" * 400 + "']"),
+    "deep floordiv": _one_node("{op: relu, in: x}", "[B, '" + "B" + "//2" * 400 + "']"),
+    "shape product of sums": _one_node("{op: relu, in: x}", "[B, '" + "*".join(["(A+B+C+D+E+F+G+H+I+J)"] * 12) + "']"),
+    "nested repeat": _NESTED_REPEAT,
+    "split sections huge": _one_node("{op: split, in: x, sections: 1000000000}"),
+    "split on 0-d": _one_node("{op: split, in: x, sections: 2}", "[]"),
+    "long list": "hndl: 1\ninputs: {}\nnodes: {}\noutputs: []\nx: [" + "1," * 250_000 + "]\n",
+    "control characters": _one_node('{op: relu, in: "x\\e[2J\\nother.yaml: OK"}'),
+    "control characters in key": _one_node('{op: relu, in: x, "k\\e[2J\\r": 1}'),
+    "eps nan": _one_node("{op: layernorm, in: x, eps: .nan}"),
+    "eps inf": _one_node("{op: layernorm, in: x, eps: .inf}"),
+    "momentum nan": _one_node("{op: batchnorm1d, in: x, momentum: .nan}"),
+    "dropout nan": _one_node("{op: dropout, in: x, p: .nan}"),
+    "batchnorm eps 0": _one_node("{op: batchnorm1d, in: x, eps: 0}"),
+    "layernorm empty shape": _one_node("{op: layernorm, in: x, normalized_shape: []}"),
+    "embedding int8": _one_node("{op: embedding, in: x, num_embeddings: 4, embedding_dim: 2}", "[B, 4], dtype: int8"),
+    "conv2d zero channels": _one_node("{op: conv2d, in: x, out_channels: 2, kernel_size: 1}", "[B, 0, 4, 4]"),
+    "attention width 0": _one_node("{op: attention, in: x, num_heads: 1}", "[B, 4, 0]"),
+    "input named self": "hndl: 1\ninputs: {self: {shape: [B, 4]}}\nnodes: {n: {op: relu, in: self}}\noutputs: [n]\n",
+    "long implicit key": _one_node("{op: relu, in: x}")
+    .replace("n: {", "n" * 2000 + ": {")
+    .replace("[n]", "[" + "n" * 2000 + "]"),
+    "deep nesting": "hndl: 1\nx: " + "[" * 5000 + "]" * 5000 + "\n",
+    "billion laughs": "a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+    + "".join(f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]\n" for i in range(1, 10)),
+}
+
+NAMES = ["x", "h", "hidden", "act", "out", "blocks", "block", "norm", "parts.0", "parts.7", "img", "ids", "nope"]
+OPS = ["linear", "relu", "graph", "add", "conv2d", "split", "layernorm", "module", "lineer", ""]
+KEYS = ["op", "in", "shape", "dtype", "inputs", "nodes", "outputs", "graphs", "hndl", "name", "repeat", "graph", "zz"]
+JUNK_CHARACTERS = list(":{}[],-&*!|>'\"#%@`?\t\n ") + list(string.ascii_letters)
+
+
+class Chooser(Protocol):
+    """Where a mutation's random choices come from: a Hypothesis ``draw``, or ``random.Random``."""
+
+    def choice(self, options: Sequence[T]) -> T: ...
+
+    def integer(self, low: int, high: int) -> int: ...
+
+    def value(self) -> Any:
+        """A plain value to write anywhere: None, booleans, numbers (NaN and infinities too), strings, and
+        small lists and mappings of them."""
+        ...
+
+    def junk(self) -> str:
+        """A few characters to splice into spec text."""
+        ...
+
+    def character(self) -> str: ...
+
+
+def paths(tree: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path to a value inside ``tree`` (the root included)."""
+    out = [prefix]
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            out += paths(value, (*prefix, key))
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree):
+            out += paths(value, (*prefix, i))
+    return out
+
+
+def _parent_and_key(tree: Any, path: tuple[Any, ...]) -> tuple[Any, Any]:
+    node = tree
+    for key in path[:-1]:
+        node = node[key]
+    return node, path[-1]
+
+
+def mutate_data(choose: Chooser, seed: Any) -> Any:
+    """A copy of ``seed`` (plain data) with one to three mutations, most of them inside nodes."""
+    tree = copy.deepcopy(seed)
+    for _ in range(choose.integer(1, 3)):
+        all_paths = [p for p in paths(tree) if p]
+        if not isinstance(tree, (dict, list)) or not all_paths:
+            break
+        # Most mutations go inside nodes, so that many mutants get past the loader to the checker and builder.
+        inside_nodes = [p for p in all_paths if len(p) >= 3 and "nodes" in p[:-1]]
+        pool = inside_nodes if inside_nodes and choose.integer(0, 9) < 6 else all_paths
+        parent, key = _parent_and_key(tree, choose.choice(pool))
+        action = choose.choice(["delete", "replace", "rename", "insert", "wrap_list", "wrap_dict", "op"])
+        if action == "delete":
+            del parent[key]
+        elif action == "replace":
+            parent[key] = choose.value()
+        elif action == "rename":
+            parent[key] = choose.choice(NAMES)
+        elif action == "insert" and isinstance(parent, dict):
+            parent[choose.choice(KEYS + NAMES)] = choose.value()
+        elif action == "insert" and isinstance(parent, list):
+            parent.insert(choose.integer(0, len(parent)), choose.value())
+        elif action == "wrap_list":
+            parent[key] = [parent[key]]
+        elif action == "wrap_dict":
+            parent[key] = {choose.choice(KEYS): parent[key]}
+        elif action == "op" and isinstance(parent[key], dict):
+            parent[key]["op"] = choose.choice(OPS)
+    if choose.integer(0, 19) == 0:
+        tree = choose.choice([[tree], {"wrapped": tree}])
+    return tree
+
+
+def to_text(tree: Any, style: str) -> str:
+    """``tree`` as spec text: ``"block"`` or ``"flow"`` YAML, or ``"json"``."""
+    if style == "json":
+        return json.dumps(tree, allow_nan=True)
+    return yaml.safe_dump(tree, default_flow_style=style == "flow", sort_keys=False, allow_unicode=True)
+
+
+def mutate_text(choose: Chooser, text: str) -> str:
+    """``text`` with one to three edits: truncated, spliced with junk, a slice deleted, a line duplicated (so
+    keys repeat), a character swapped."""
+    for _ in range(choose.integer(1, 3)):
+        action = choose.choice(["truncate", "insert", "delete", "duplicate_line", "swap_char"])
+        at = choose.integer(0, len(text))
+        if action == "truncate":
+            text = text[:at]
+        elif action == "insert":
+            text = text[:at] + choose.junk() + text[at:]
+        elif action == "delete":
+            end = choose.integer(at, min(len(text), at + 20))
+            text = text[:at] + text[end:]
+        elif action == "duplicate_line":
+            lines = text.split("\n")
+            i = choose.integer(0, len(lines) - 1)
+            lines.insert(i, lines[i])
+            text = "\n".join(lines)
+        elif action == "swap_char" and text:
+            i = min(at, len(text) - 1)
+            text = text[:i] + choose.character() + text[i + 1 :]
+    return text
