@@ -27,7 +27,8 @@ import torch
 
 import hndl
 from harness import _compare, fmt_us
-from models import make_conv_stack, make_mlp, make_transformer
+from memory import peak_live_bytes
+from models import make_conv_stack, make_mlp, make_resnet18, make_transformer
 
 pytestmark = pytest.mark.benchmark
 
@@ -56,6 +57,28 @@ def test_parity_conv_stack_batch_16():
     ratio = _ratio(make_conv_stack, 16)
     print(f"\nconv_stack batch 16: {ratio:.2f}x")
     assert ratio < 2.0
+
+
+@pytest.mark.parametrize(
+    ("label", "make", "batch"),
+    [
+        ("mlp", make_mlp, 256),
+        ("conv_stack", make_conv_stack, 16),
+        ("transformer_block(2)", lambda: make_transformer(2), 8),
+        ("ResNet-18-sized, 224x224", make_resnet18, 16),
+    ],
+)
+def test_peak_live_activation_memory(label, make, batch):
+    """Peak bytes of activations alive at once under no_grad (benchmarks/memory.py counts them), hndl vs twin."""
+    model, twin, example = make()
+    x = example(batch)
+    model(x)  # validated: the figure is the fast path's
+    hndl_peak, twin_peak = peak_live_bytes(lambda: model(x)), peak_live_bytes(lambda: twin(x))
+    ratio = hndl_peak / twin_peak
+    print(
+        f"\npeak live activations, {label} batch {batch}: {ratio:.2f}x (hndl {hndl_peak / 2**20:.1f} MiB, twin {twin_peak / 2**20:.1f} MiB)"
+    )
+    assert ratio <= 1.05
 
 
 # --- the report ----------------------------------------------------------------------------------------------

@@ -76,6 +76,7 @@ def compile_graph(plan: Plan, hooked: Sequence[bool], guards: Sequence[str], lab
     unchecked_body: list[str] = []
     step_locals: list[tuple[str, ...]] = []
     counter = 0
+    dead = _dead_after(plan)
     for i, step in enumerate(plan.steps):
         ins = tuple(names[v] for v in step.inputs)
         step_locals.append(ins)
@@ -89,6 +90,13 @@ def compile_graph(plan: Plan, hooked: Sequence[bool], guards: Sequence[str], lab
         # The trailing comment names the node, for anyone reading the generated code in a traceback.
         body.append((f"{target} = f{i}({call_args})  # {step.node.op} '{step.node.qualname}'", i))
         unchecked_body.append(f"{target} = {module_expr(step.node.path)}({call_args})")
+        if dead[i]:
+            # Drop each value right after the last step that reads it, as torch.fx does: a local would otherwise
+            # keep every activation alive until ``return``. Deleted after the step, never before it, so a step
+            # that raises still has its inputs in the frame for the failure report.
+            release = "del " + ", ".join(names[v] for v in dead[i])
+            body.append((release, i))
+            unchecked_body.append(release)
     results = [names[v] for v in plan.output_ids]
     ret = results[0] if len(results) == 1 else "(" + ", ".join(results) + ("," if len(results) == 1 else "") + ")"
     sig = signature_source([names[v] for v in plan.input_ids])
@@ -145,6 +153,16 @@ def compile_graph(plan: Plan, hooked: Sequence[bool], guards: Sequence[str], lab
             linecache.cache.pop(old.filename, None)
         _cache[source] = compiled
     return compiled
+
+
+def _dead_after(plan: Plan) -> list[list[str]]:
+    """Per step, the value ids whose last use it is (outputs excluded: they live to ``return``), in first-seen order."""
+    dead: list[list[str]] = [[] for _ in plan.steps]
+    outputs = set(plan.output_ids)
+    for value, last in plan.last_use.items():
+        if value not in outputs and 0 <= last < len(plan.steps):
+            dead[last].append(value)
+    return dead
 
 
 def make_function(code: types.CodeType, namespace: dict[str, Any]) -> types.FunctionType:

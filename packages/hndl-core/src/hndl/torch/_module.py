@@ -263,7 +263,7 @@ class GraphModule(nn.Module):
         # The registered state has just been found to match the build: this is the state to record.
         stores = take_record(self, [m for m in leaves if m is not None])
         values: dict[str, Any] = dict(zip(plan.input_ids, inputs))
-        run_checked(plan.steps, leaves, values, env)  # type: ignore[arg-type]
+        run_checked(plan.steps, leaves, values, env, plan.last_use)  # type: ignore[arg-type]
         with self._lock:
             self._install(leaves, stores)
             if sig is not None:
