@@ -26,6 +26,7 @@ from . import _hooks
 from ._codegen import Compiled, compile_graph, make_function
 from ._guards import VERSION_ATTR, StoresRecord, bump, call_guards, global_hooks_active, hook_dicts, take_record
 from ._state import BuildState, walk_modules
+from ._symbolic import SymbolicCheck, proven_for_all_bindings
 from ._validate import check_inputs, check_state, layer_failure, run_checked
 
 __all__ = ["GraphModule", "SIGNATURE_CACHE_SIZE"]
@@ -37,7 +38,7 @@ SIGNATURE_CACHE_SIZE = 64
 _is_compiling = torch.compiler.is_compiling
 
 # Attributes rebuilt for every instance (after deepcopy, copy or unpickling) rather than copied.
-_RUNTIME_KEYS = ("_signatures", "_lock", "_runtime", "_owned", VERSION_ATTR, "_signatures_version")
+_RUNTIME_KEYS = ("_signatures", "_lock", "_runtime", "_owned", VERSION_ATTR, "_signatures_version", "_symbolic")
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,6 +101,7 @@ class GraphModule(nn.Module):
     _owned: frozenset[int]
     _runtime: _Runtime
     _state_version: int
+    _symbolic: SymbolicCheck | None
 
     def __init__(self, plan: Plan, nodes: nn.ModuleDict) -> None:
         super().__init__()
@@ -162,6 +164,7 @@ class GraphModule(nn.Module):
         d["_signatures_version"] = None
         d["_lock"] = threading.RLock()
         d["_owned"] = frozenset()
+        d["_symbolic"] = SymbolicCheck(self._plan, check_inputs) if proven_for_all_bindings(self._plan) else None
         bump(self)
         self._install(self._leaves())
 
@@ -174,20 +177,24 @@ class GraphModule(nn.Module):
         if stores is None:
             stores = take_record(self, present)
         global_hooks = global_hooks_active()
-        hooked = tuple(m is None or global_hooks or any(hook_dicts(m)) for m in leaves)
+        hooked = tuple(
+            m is None or global_hooks or any(hook_dicts(m)) or m.__dict__.get("_compiled_call_impl") is not None
+            for m in leaves
+        )
         current = self.__dict__.get("_runtime")
-        guards = [guard.source for guard in call_guards(stores)]
+        guards = [guard.source for guard in call_guards(stores, symbolic=self._symbolic is not None)]
         compiled = compile_graph(self._plan, hooked, guards, self.graph.name)
         namespace = stores.namespace
         namespace.update(
             sigs=self._signatures,
             bind=GraphModule._bind,
             validate=GraphModule._validate,
+            admit=GraphModule._admit,
             fail=partial(_fast_failure, compiled),
         )
         for i, module in enumerate(leaves):
             # A missing module can only be met after validation, which reports it; never called before.
-            namespace[f"f{i}"] = _missing if module is None else (module if hooked[i] else module.forward)
+            namespace[f"m{i}"] = _MISSING if module is None else module
         execute = make_function(compiled.execute, namespace)
         unchecked = current.unchecked if current is not None and current.compiled is compiled else None
         if unchecked is None:
@@ -268,8 +275,21 @@ class GraphModule(nn.Module):
             self._install(leaves, stores)
             if sig is not None:
                 self._remember(sig)
+                if self._symbolic is not None:
+                    self._symbolic.validated(sig)
         outs = tuple(values[v] for v in plan.output_ids)
         return outs[0] if len(outs) == 1 else outs
+
+    def _admit(self, sig: tuple[Any, ...], inputs: tuple[Any, ...]) -> bool:
+        """A signature not yet remembered: take the fast path without a full validation when it is a new binding
+        of the symbols of a dtype/device pattern that validated fully (see ``_symbolic``) and the inputs meet
+        their contracts; then remember it. Called by the generated code only while the stores record matches."""
+        symbolic = self._symbolic
+        if symbolic is None or not symbolic.admits(sig, inputs):
+            return False
+        with self._lock:
+            self._remember(sig)
+        return True
 
     def _remember(self, sig: tuple[Any, ...]) -> None:
         """Add a signature that passed (under the lock); the last item of a signature is its state version."""
@@ -321,8 +341,16 @@ class GraphModule(nn.Module):
         return f"graph={self.graph.name!r}"
 
 
-def _missing(*args: Any) -> Any:
-    raise HndlError(Problem("E_RUNTIME", "a node's module is missing"))
+class _Missing:
+    """Stands in for a node's module that was removed: validation reports it first, so this never runs."""
+
+    def __call__(self, *args: Any) -> Any:
+        raise HndlError(Problem("E_RUNTIME", "a node's module is missing"))
+
+    forward = __call__
+
+
+_MISSING = _Missing()
 
 
 def _fast_failure(compiled: Compiled, self: GraphModule, exc: BaseException) -> None:
