@@ -22,6 +22,7 @@ from torch import nn
 
 from .._errors import HndlError, Problem
 from .._plan import Plan
+from ..naming import suggestion
 from . import _hooks
 from ._codegen import Compiled, compile_graph, make_function
 from ._guards import VERSION_ATTR, StoresRecord, bump, call_guards, global_hooks_active, hook_dicts, take_record
@@ -155,6 +156,43 @@ class GraphModule(nn.Module):
                 return None
             module = module._modules.get(key)
         return module
+
+    def replace_layer(self, node: str, module: nn.Module) -> None:
+        """Swap node ``node``'s layer for any module (a quantized or fused layer, another class): the one way to
+        put a layer of an unrelated class in place, which otherwise is ``E_RUNTIME`` on the next call.
+
+        ``module`` becomes the build of that node: its parameters and buffers are what :attr:`build_state`
+        records for it from now on. The next call validates, running the new layer with its outputs checked
+        against the node's contract (``E_CONTRACT`` naming the node when they break it).
+
+        Args:
+            node: the node's qualified name, as errors name it (``"hidden"``, ``"blocks.0.attn"``).
+            module: the new layer.
+
+        Raises:
+            HndlError: E_RUNTIME when no node has that name (with the closest name).
+        """
+        step = next((s for s in self._plan.steps if s.node.qualname == node), None)
+        if step is None:
+            names = [s.node.qualname for s in self._plan.steps]
+            raise HndlError(
+                Problem(
+                    "E_RUNTIME",
+                    f"graph '{self.graph.name}' has no node {node!r} to replace",
+                    node=node,
+                    expected="a node name: " + ", ".join(names[:8]) + (", ..." if len(names) > 8 else ""),
+                    actual=node,
+                    hint=suggestion(node, names),
+                )
+            )
+        path = step.node.path
+        parent = self.node_module(path[:-1]) if len(path) > 1 else self._modules["nodes"]
+        if parent is None:
+            raise HndlError(step.node.problem("E_RUNTIME", "the module holding this node's layer was removed"))
+        with self._lock:
+            self._build_state.adopt("nodes." + ".".join(path), module, step.node.qualname, step.node.op)
+            parent.add_module(path[-1], module)  # PyTorch's registration hook gives a new state version
+            bump(self)
 
     # -- runtime state --------------------------------------------------------------------------------------
 

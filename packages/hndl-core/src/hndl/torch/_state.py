@@ -68,29 +68,16 @@ class BuildState:
             owners["nodes." + ".".join(step.node.path)] = (step.node.qualname, step.node.op)
         modules: dict[str, ModuleSlot] = {}
         tensors: dict[str, TensorSlot] = {}
-        for path, module in walk_modules(root):
-            node, op = _owner(path, owners)
-            modules[path] = ModuleSlot(
-                path=path,
-                type=type(module),
-                parameters=tuple(module._parameters),
-                buffers=tuple(module._buffers),
-                children=tuple(module._modules),
-                node=node,
-                op=op,
-            )
-            for kind, store in (("parameter", module._parameters), ("buffer", module._buffers)):
-                for name, value in store.items():
-                    full = f"{path}.{name}" if path else name
-                    tensors[full] = TensorSlot(
-                        name=full,
-                        kind=kind,
-                        shape=None if value is None else tuple(value.shape),
-                        dtype=None if value is None else value.dtype,
-                        node=node,
-                        op=op,
-                    )
+        _record_tree(root, "", owners, modules, tensors)
         return cls(modules, tensors, plan.checked.graph.name)
+
+    def adopt(self, path: str, module: nn.Module, node: str, op: str) -> None:
+        """Make ``module``, now at dotted ``path``, the build of ``node``: its slots replace those under ``path``."""
+        prefix = path + "."
+        for store in (self.modules, self.tensors):
+            for name in [n for n in store if n == path or n.startswith(prefix)]:
+                del store[name]
+        _record_tree(module, path, {path: (node, op)}, self.modules, self.tensors)
 
     def refresh_dtypes(self, root: nn.Module) -> None:
         """Adopt the live dtypes (after ``.half()``, ``.to(dtype)``): a conversion is not a mismatch."""
@@ -221,6 +208,39 @@ class BuildState:
 
 
 _ABSENT: Any = object()
+
+
+def _record_tree(
+    root: nn.Module,
+    base: str,
+    owners: Mapping[str, tuple[str, str]],
+    modules: dict[str, ModuleSlot],
+    tensors: dict[str, TensorSlot],
+) -> None:
+    """Add a slot for every module, parameter and buffer of ``root``'s tree, ``root`` being at dotted ``base``."""
+    for sub, module in walk_modules(root):
+        path = f"{base}.{sub}" if base and sub else (base or sub)
+        node, op = _owner(path, owners)
+        modules[path] = ModuleSlot(
+            path=path,
+            type=type(module),
+            parameters=tuple(module._parameters),
+            buffers=tuple(module._buffers),
+            children=tuple(module._modules),
+            node=node,
+            op=op,
+        )
+        for kind, store in (("parameter", module._parameters), ("buffer", module._buffers)):
+            for name, value in store.items():
+                full = f"{path}.{name}" if path else name
+                tensors[full] = TensorSlot(
+                    name=full,
+                    kind=kind,
+                    shape=None if value is None else tuple(value.shape),
+                    dtype=None if value is None else value.dtype,
+                    node=node,
+                    op=op,
+                )
 
 
 def walk_modules(root: nn.Module) -> Iterator[tuple[str, nn.Module]]:
