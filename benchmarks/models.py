@@ -194,3 +194,107 @@ MODELS: dict[str, Callable[[], tuple[nn.Module, nn.Module, Example]]] = {
     "conv_stack": make_conv_stack,
     "transformer_block": lambda: make_transformer(2),
 }
+
+
+# --- ResNet-18-sized ---------------------------------------------------------------------------------------
+
+RESNET_STAGES = ((64, 1), (128, 2), (256, 2), (512, 2))  # (channels, first block's stride), 2 blocks each
+
+
+def resnet18_graph(size: int = 224) -> hndl.Graph:
+    """torchvision's ResNet-18 layout: stem (7x7/2 conv, bn, relu, 3x3/2 max pool), 4 stages of 2 basic blocks
+    (3x3 conv, bn, relu, 3x3 conv, bn, add the shortcut, relu; a strided 1x1 conv + bn shortcut where the shape
+    changes), global average pool, linear 1000."""
+    g = hndl.Graph("resnet18")
+    h = g.input("image", ("N", 3, size, size))
+    h = g.add("conv2d", h, name="conv1", out_channels=64, kernel_size=7, stride=2, padding=3, bias=False)
+    h = g.add("batchnorm2d", h, name="bn1")
+    h = g.add("relu", h, name="relu")
+    h = g.add("maxpool2d", h, name="maxpool", kernel_size=3, stride=2, padding=1)
+    in_channels = 64
+    for s, (channels, stride) in enumerate(RESNET_STAGES, start=1):
+        for b in range(2):
+            p = f"layer{s}_{b}_"
+            step = stride if b == 0 else 1
+            y = g.add(
+                "conv2d", h, name=p + "conv1", out_channels=channels, kernel_size=3, stride=step, padding=1, bias=False
+            )
+            y = g.add("batchnorm2d", y, name=p + "bn1")
+            y = g.add("relu", y, name=p + "relu1")
+            y = g.add("conv2d", y, name=p + "conv2", out_channels=channels, kernel_size=3, padding=1, bias=False)
+            y = g.add("batchnorm2d", y, name=p + "bn2")
+            if step != 1 or in_channels != channels:
+                h = g.add("conv2d", h, name=p + "down", out_channels=channels, kernel_size=1, stride=step, bias=False)
+                h = g.add("batchnorm2d", h, name=p + "down_bn")
+            h = g.add("relu", g.add("add", y, h, name=p + "add"), name=p + "relu2")
+            in_channels = channels
+    h = g.add("adaptive_avgpool2d", h, name="avgpool", output_size=1)
+    h = g.add("flatten", h, name="flatten")
+    g.output(g.add("linear", h, name="fc", out_features=1000))
+    return g
+
+
+class _BasicBlock(nn.Module):
+    def __init__(self, in_channels: int, channels: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, channels, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv2d(channels, channels, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+        self.downsample: nn.Module | None = None
+        if stride != 1 or in_channels != channels:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(in_channels, channels, 1, stride, bias=False), nn.BatchNorm2d(channels)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # torchvision's BasicBlock.forward
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        return self.relu(out + identity)
+
+
+class ResNet18Twin(nn.Module):
+    """torchvision.models.resnet18 written out (torchvision is not a dependency), same module names."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU()
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        in_channels = 64
+        for s, (channels, stride) in enumerate(RESNET_STAGES, start=1):
+            blocks = [_BasicBlock(in_channels, channels, stride), _BasicBlock(channels, channels, 1)]
+            self.add_module(f"layer{s}", nn.Sequential(*blocks))
+            in_channels = channels
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(512, 1000)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def _resnet_key(key: str) -> str:
+    # nodes.n_layer2_0_down.weight -> layer2.0.downsample.0.weight ; nodes.n_layer1_1_bn2.bias -> layer1.1.bn2.bias
+    key = key.removeprefix("nodes.n_")
+    if not key.startswith("layer"):
+        return key
+    stage, block, rest = key.split("_", 2)
+    rest = rest.replace("down_bn.", "downsample.1.").replace("down.", "downsample.0.")
+    return f"{stage}.{block}.{rest}"
+
+
+def make_resnet18(size: int = 224, seed: int = 0) -> tuple[nn.Module, nn.Module, Example]:
+    torch.manual_seed(seed)
+    model = hndl.build(resnet18_graph(size))
+    twin = ResNet18Twin()
+    _load(twin, model, _resnet_key)
+    model.eval()
+    twin.eval()
+    return model, twin, lambda batch: torch.randn(batch, 3, size, size)

@@ -27,7 +27,8 @@ import torch
 
 import hndl
 from harness import _compare, fmt_us
-from models import make_conv_stack, make_mlp, make_transformer
+from memory import peak_live_bytes
+from models import make_conv_stack, make_mlp, make_resnet18, make_transformer
 
 pytestmark = pytest.mark.benchmark
 
@@ -56,6 +57,89 @@ def test_parity_conv_stack_batch_16():
     ratio = _ratio(make_conv_stack, 16)
     print(f"\nconv_stack batch 16: {ratio:.2f}x")
     assert ratio < 2.0
+
+
+@pytest.mark.parametrize(
+    ("label", "make", "batch"),
+    [
+        ("mlp", make_mlp, 256),
+        ("conv_stack", make_conv_stack, 16),
+        ("transformer_block(2)", lambda: make_transformer(2), 8),
+        ("ResNet-18-sized, 224x224", make_resnet18, 16),
+    ],
+)
+def test_peak_live_activation_memory(label, make, batch):
+    """Peak bytes of activations alive at once under no_grad (benchmarks/memory.py counts them), hndl vs twin."""
+    model, twin, example = make()
+    x = example(batch)
+    model(x)  # validated: the figure is the fast path's
+    hndl_peak, twin_peak = peak_live_bytes(lambda: model(x)), peak_live_bytes(lambda: twin(x))
+    ratio = hndl_peak / twin_peak
+    print(
+        f"\npeak live activations, {label} batch {batch}: {ratio:.2f}x (hndl {hndl_peak / 2**20:.1f} MiB, twin {twin_peak / 2**20:.1f} MiB)"
+    )
+    assert ratio <= 1.05
+
+
+def _varying(model, twin, inputs) -> tuple[float, float]:
+    """Seconds for the whole sequence of calls, hndl and twin, interleaved over 3 rounds (fastest of each)."""
+    best_h = best_t = float("inf")
+    for r in range(3):
+        for side in (0, 1) if r % 2 == 0 else (1, 0):
+            fn = model if side == 0 else twin
+            start = time.perf_counter()
+            for x in inputs:
+                fn(x)
+            elapsed = time.perf_counter() - start
+            if side == 0:
+                best_h = min(best_h, elapsed)
+            else:
+                best_t = min(best_t, elapsed)
+    return best_h, best_t
+
+
+@pytest.mark.parametrize(
+    ("label", "make", "shapes"),
+    [
+        ("transformer_block(2), batch 1, seq 1..512", lambda: make_transformer(2), lambda g: (1, int(g), 64)),
+        ("mlp, batch 1..256", make_mlp, lambda g: (int(g), 128)),
+    ],
+)
+def test_varying_shapes(label, make, shapes):
+    model, twin, _example = make()
+    gen = torch.Generator().manual_seed(0)
+    top = 512 if "seq" in label else 256
+    draws = torch.randint(1, top + 1, (300,), generator=gen)
+    inputs = [torch.randn(*shapes(d)) for d in draws]
+    with torch.no_grad():
+        h, t = _varying(model, twin, inputs)
+    print(f"\nvarying shapes, {label}: {h / t:.2f}x over {len(inputs)} calls, {model.validations} full validation(s)")
+    assert model.validations == 1
+
+
+@pytest.mark.parametrize(
+    ("label", "make", "batch"),
+    [
+        ("mlp", make_mlp, 64),
+        ("conv_stack", make_conv_stack, 16),
+        ("transformer_block(2)", lambda: make_transformer(2), 8),
+    ],
+)
+def test_training_step(label, make, batch):
+    model, twin, example = make()
+    model.train()
+    twin.train()
+    x = example(batch)
+    opts = [torch.optim.SGD(m.parameters(), lr=1e-3) for m in (model, twin)]
+
+    def step(m, opt):
+        opt.zero_grad()
+        m(x).sum().backward()
+        opt.step()
+
+    ratio = _compare(lambda: step(model, opts[0]), lambda: step(twin, opts[1]), rounds=6, repeat=3).ratio
+    print(f"\ntraining step (forward, backward, SGD), {label} batch {batch}: {ratio:.2f}x")
+    assert ratio < 1.5
 
 
 # --- the report ----------------------------------------------------------------------------------------------
@@ -140,7 +224,11 @@ def test_report():
                     f"{result.ratio:.2f}x  (hndl {fmt_us(result.hndl)}, twin {fmt_us(result.twin)})",
                 )
             )
-        for label, make in (("mlp (5 nodes)", make_mlp), ("transformer_block(2)", lambda: make_transformer(2))):
+        for label, make in (
+            ("mlp (5 nodes)", make_mlp),
+            ("conv_stack", make_conv_stack),
+            ("transformer_block(2)", lambda: make_transformer(2)),
+        ):
             firsts = []
             for _ in range(7):
                 model, _twin, example = make()

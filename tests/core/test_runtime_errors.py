@@ -237,18 +237,41 @@ def test_no_node_runs_twice_when_a_later_node_fails(path):
     assert int(model.nodes.n_norm.num_batches_tracked) == tracked + 1
 
 
+class LinearThatFailsOnWideInputs(nn.Linear):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > 3:
+            return super().forward(x.T)  # mat1 and mat2 shapes cannot be multiplied
+        return super().forward(x)
+
+
 def test_a_torch_error_inside_a_layer_is_a_runtime_error_naming_the_node():
+    model = mlp()
+    model.nodes.n_out.__class__ = LinearThatFailsOnWideInputs  # a subclass: validated, then used
+    model(torch.randn(3, 8))
+    with pytest.raises(hndl.HndlError) as info:
+        model(torch.randn(5, 8))  # a new binding of B: admitted without a full validation, fails in the layer
+    assert info.value.node == "out"
+    assert "the layer failed on input x [5, 16]: RuntimeError: mat1 and mat2 shapes cannot be multiplied" in str(
+        info.value
+    )
+    assert model.validations == 1
+
+
+def test_a_tensor_given_another_shape_in_place_is_a_registered_state_change_on_the_next_call():
+    # Regression: `.data = ...` fires no hook; the fast path used to run it (and broadcast a wrong-shaped bias).
     model = mlp()
     x = torch.randn(3, 8)
     model(x)
+    original = model.nodes.n_out.bias.data
     with torch.no_grad():
-        model.nodes.n_out.weight.data = torch.randn(4, 15)  # in place on .data: no hook, no record change
+        model.nodes.n_out.bias.data = torch.zeros(1)
     with pytest.raises(hndl.HndlError) as info:
         model(x)
+    assert info.value.code == "E_RUNTIME"
     assert info.value.node == "out"
-    assert "the layer failed on input x [3, 16]: RuntimeError: mat1 and mat2 shapes cannot be multiplied" in str(
-        info.value
-    )
+    assert "parameter 'nodes.n_out.bias' has shape [1], the build made [4]" in str(info.value)
+    model.nodes.n_out.bias.data = original
+    assert model(x).shape == (3, 4)
 
 
 def test_the_generated_code_is_readable_in_tracebacks():

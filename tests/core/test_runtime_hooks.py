@@ -29,7 +29,7 @@ def test_without_hooks_the_fast_path_calls_forward_directly():
     model = mlp()
     model(X)
     assert model._runtime.hooked == (False, False, False)
-    assert "f0(a0)" in model._runtime.compiled.source
+    assert "m0.forward(a0)" in model._runtime.compiled.source
 
 
 def test_a_forward_hook_added_after_the_first_call_runs_on_every_later_call():

@@ -8,11 +8,13 @@ inside it be reported by node. Two functions are generated per graph, from its :
     The checked call. It builds the call's signature and tests the fast-path guards inline, joined with
     ``and``: the guard list is :mod:`._guards`' (the signature lookup ``sig in sigs``, then the stores
     record's comparisons that have something to compare, up to four), and this module only writes it into
-    the source. When all hold it runs every leaf step: a step calls ``module.forward`` directly, skipping
-    ``nn.Module.__call__``, unless the module (or the process) has a forward/backward hook, in which case it
-    calls the module. Anything else goes to ``validate``. The modules, the record's tuples and the signature
-    dict are the function's globals, bound when the record is taken; the record catches any replacement of a
-    module, so binding them is safe.
+    the source. When all hold it runs every leaf step: a step calls ``module.forward`` directly (looked up on every call, so a
+    patched class or a swapped-in subclass runs its current code), skipping ``nn.Module.__call__``, unless the
+    module has a forward/backward hook or was compiled with ``Module.compile()``, or the process has a global
+    hook: then it calls the module. Each value's local is deleted right after the last step that reads it.
+    Anything else goes to ``validate``. The modules, the record's tuples and the signature dict are the
+    function's globals, bound when the record is taken; the record catches any replacement of a module, so
+    binding them is safe.
 
 ``unchecked(self, *inputs)``
     The call used under ``torch.compile``: each step calls ``self.nodes[...]`` through ``__call__``, the
@@ -65,7 +67,7 @@ def compile_graph(plan: Plan, hooked: Sequence[bool], guards: Sequence[str], lab
 
     Args:
         plan: the lowered graph: its steps, input and output value ids.
-        hooked: per step, whether the call must go through ``nn.Module.__call__``.
+        hooked: per step, whether the call must go through ``nn.Module.__call__`` (a hook, a compiled layer).
         guards: the fast path's conditions, as source (from :func:`._guards.call_guards`).
         label: a readable name for the fake file (the graph name).
     """
@@ -76,6 +78,7 @@ def compile_graph(plan: Plan, hooked: Sequence[bool], guards: Sequence[str], lab
     unchecked_body: list[str] = []
     step_locals: list[tuple[str, ...]] = []
     counter = 0
+    dead = _dead_after(plan)
     for i, step in enumerate(plan.steps):
         ins = tuple(names[v] for v in step.inputs)
         step_locals.append(ins)
@@ -87,8 +90,18 @@ def compile_graph(plan: Plan, hooked: Sequence[bool], guards: Sequence[str], lab
         target = ", ".join(outs) + ("," if len(outs) == 1 and len(step.outputs) > 1 else "")
         call_args = ", ".join(ins)
         # The trailing comment names the node, for anyone reading the generated code in a traceback.
-        body.append((f"{target} = f{i}({call_args})  # {step.node.op} '{step.node.qualname}'", i))
+        # ``m{i}.forward`` is looked up on every call, so the layer's current code runs: a class whose
+        # ``forward`` was patched, a subclass swapped in. A hooked or compiled layer goes through ``__call__``.
+        call = f"m{i}" if hooked[i] else f"m{i}.forward"
+        body.append((f"{target} = {call}({call_args})  # {step.node.op} '{step.node.qualname}'", i))
         unchecked_body.append(f"{target} = {module_expr(step.node.path)}({call_args})")
+        if dead[i]:
+            # Drop each value right after the last step that reads it, as torch.fx does: a local would otherwise
+            # keep every activation alive until ``return``. Deleted after the step, never before it, so a step
+            # that raises still has its inputs in the frame for the failure report.
+            release = "del " + ", ".join(names[v] for v in dead[i])
+            body.append((release, i))
+            unchecked_body.append(release)
     results = [names[v] for v in plan.output_ids]
     ret = results[0] if len(results) == 1 else "(" + ", ".join(results) + ("," if len(results) == 1 else "") + ")"
     sig = signature_source([names[v] for v in plan.input_ids])
@@ -145,6 +158,16 @@ def compile_graph(plan: Plan, hooked: Sequence[bool], guards: Sequence[str], lab
             linecache.cache.pop(old.filename, None)
         _cache[source] = compiled
     return compiled
+
+
+def _dead_after(plan: Plan) -> list[list[str]]:
+    """Per step, the value ids whose last use it is (outputs excluded: they live to ``return``), in first-seen order."""
+    dead: list[list[str]] = [[] for _ in plan.steps]
+    outputs = set(plan.output_ids)
+    for value, last in plan.last_use.items():
+        if value not in outputs and 0 <= last < len(plan.steps):
+            dead[last].append(value)
+    return dead
 
 
 def make_function(code: types.CodeType, namespace: dict[str, Any]) -> types.FunctionType:

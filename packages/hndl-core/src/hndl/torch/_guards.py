@@ -38,9 +38,8 @@ change. What none of this detects is listed in SPEC.md section 11.2.
 from __future__ import annotations
 
 import itertools
-import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from itertools import chain, repeat
 from typing import Any
 
@@ -52,6 +51,7 @@ from ._state import walk_modules
 __all__ = [
     "GLOBAL_HOOK_DICTS",
     "SIGNATURE",
+    "SYMBOLIC_SIGNATURE",
     "VERSION_ATTR",
     "Guard",
     "StoresRecord",
@@ -73,25 +73,44 @@ class Guard:
 
 
 SIGNATURE = Guard("sig in sigs", "a new input shape, dtype or device, or a new state version")
-SUBMODULES_AND_HOOKS = Guard(
-    "live == copies", "a submodule replaced, set to None, added or removed; a hook added or removed"
+# Where static inference proved the graph for every binding of its symbols (see ._symbolic), a shape not yet
+# remembered is admitted after a check of the inputs alone, once its dtype/device pattern validated fully.
+SYMBOLIC_SIGNATURE = Guard(
+    "(sig in sigs or admit(self, sig, args))",
+    "a new dtype/device pattern or state version, or inputs that break their contracts",
 )
+HOOKS = Guard("live == copies", "a hook added or removed (non-empty hook dicts, against copies)")
 STILL_EMPTY = Guard("not any(empty)", "an entry added to a dict that was empty")
-# What the last two guards measure; the record stores the same expressions' values at record time.
-_COUNTS = "tuple(map(len, tensors))"
-_NONES = "tuple(map(is_, chain_values(map(dict_values, tensors)), endless_none))"
-TENSOR_COUNTS = Guard(f"{_COUNTS} == lens", "a parameter or buffer added or removed")
-NONE_PATTERN = Guard(f"{_NONES} == nones", "a parameter or buffer set to None, or a None one set")
+SUBMODULES = Guard(
+    "tuple(map(id, chain_values(map(dict_values, submodules)))) == submodule_ids",
+    "a submodule replaced or set to None (by identity: a submodule whose __eq__ lies is still seen)",
+)
+_KEYS = "tuple(map(tuple, keyed))"
+KEYS = Guard(f"{_KEYS} == keys", "a name added, removed or renamed, or a reorder, in a non-empty store dict")
+_SHAPES = "tuple(map(getattr, chain_values(map(dict_values, tensors)), endless_shape, endless_none))"
+_DTYPES = "tuple(map(getattr, chain_values(map(dict_values, tensors)), endless_dtype, endless_none))"
+SHAPES = Guard(
+    f"{_SHAPES} == shapes", "a parameter or buffer set to None or set from None, or its shape changed in place"
+)
+DTYPES = Guard(f"{_DTYPES} == dtypes", "a parameter or buffer whose dtype changed in place (t.data = ...)")
+_TYPES = "tuple(map(type, modules))"
+TYPES = Guard(f"{_TYPES} == types", "a module's __class__ swapped")
+_ATTRS = "tuple(map(len, instance_dicts))"
+ATTRS = Guard(
+    f"{_ATTRS} == attr_counts",
+    "an instance attribute added to or removed from a node's layer (forward reassigned, Module.compile())",
+)
 
-# The helpers the guards' sources call, as globals of the generated code. ``repeat(None)`` never runs out and
+# The helpers the guards' sources call, as globals of the generated code. ``repeat(...)`` never runs out and
 # holds no position, so one instance serves every call.
 _HELPERS: dict[str, Any] = {
-    "is_": operator.is_,
     "chain_values": chain.from_iterable,
     "dict_values": dict.values,
     "endless_none": repeat(None),
+    "endless_shape": repeat("shape"),
+    "endless_dtype": repeat("dtype"),
 }
-_MEASURE = compile(f"({_COUNTS}, {_NONES})", "<hndl guards>", "eval")
+_MEASURE = compile(f"({_KEYS}, {_SHAPES}, {_DTYPES}, {_TYPES}, {_ATTRS})", "<hndl guards>", "eval")
 
 
 # --- the signature and the state version -------------------------------------------------------------------
@@ -147,37 +166,44 @@ def global_hooks_active() -> bool:
 class StoresRecord:
     """An immutable snapshot of the tree's store dicts, and the guards that compare it with the live ones."""
 
-    live: tuple[dict[Any, Any], ...]
+    live: tuple[dict[Any, Any], ...]  # non-empty hook dicts
     copies: tuple[dict[Any, Any], ...]
     empty: tuple[dict[Any, Any], ...]
-    tensors: tuple[dict[Any, Any], ...]
-    lens: tuple[int, ...]
-    nones: tuple[bool, ...]
+    submodules: tuple[dict[Any, Any], ...]  # non-empty _modules dicts
+    submodule_ids: tuple[int, ...]
+    keyed: tuple[dict[Any, Any], ...]  # non-empty _modules, _parameters, _buffers dicts
+    keys: tuple[tuple[str, ...], ...]
+    tensors: tuple[dict[Any, Any], ...]  # non-empty _parameters and _buffers dicts
+    shapes: tuple[Any, ...]
+    dtypes: tuple[Any, ...]
+    modules: tuple[nn.Module, ...]
+    types: tuple[type, ...]
+    instance_dicts: tuple[dict[str, Any], ...]  # the node layers' __dict__
+    attr_counts: tuple[int, ...]
 
     @property
     def guards(self) -> tuple[Guard, ...]:
         """The comparisons that have something to compare, in the order the generated call evaluates them."""
-        guards: list[Guard] = []
+        guards: list[Guard] = [TYPES] if self.modules else []
         if self.live:
-            guards.append(SUBMODULES_AND_HOOKS)
+            guards.append(HOOKS)
         if self.empty:
             guards.append(STILL_EMPTY)
+        if self.submodules:
+            guards.append(SUBMODULES)
+        if self.keyed:
+            guards.append(KEYS)
         if self.tensors:
-            guards += (TENSOR_COUNTS, NONE_PATTERN)
+            guards += (SHAPES, DTYPES)
+        if self.instance_dicts:
+            guards.append(ATTRS)
         return tuple(guards)
 
     @property
     def namespace(self) -> dict[str, Any]:
         """The globals the guards read: the record's tuples and the helpers their sources call."""
-        return {
-            "live": self.live,
-            "copies": self.copies,
-            "empty": self.empty,
-            "tensors": self.tensors,
-            "lens": self.lens,
-            "nones": self.nones,
-            **_HELPERS,
-        }
+        names = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**names, **_HELPERS}
 
     @property
     def source(self) -> str:
@@ -190,43 +216,63 @@ class StoresRecord:
 
     @property
     def counts(self) -> tuple[int, int, int]:
-        """(dicts compared with copies, empty dicts, parameter/buffer dicts compared by length and None pattern)."""
+        """(hook dicts compared with copies, empty dicts, parameter/buffer dicts compared by names and shapes)."""
         return len(self.live), len(self.empty), len(self.tensors)
 
 
-def call_guards(record: StoresRecord) -> tuple[Guard, ...]:
-    """Every condition of the fast path for ``record``: the signature first, then the record's comparisons."""
-    return (SIGNATURE, *record.guards)
+def call_guards(record: StoresRecord, symbolic: bool = False) -> tuple[Guard, ...]:
+    """Every condition of the fast path for ``record``: the record's comparisons, then the signature (admitted
+    symbolically when ``symbolic``; last, so a shape is only admitted while the registered state still matches)."""
+    return (*record.guards, SYMBOLIC_SIGNATURE if symbolic else SIGNATURE)
 
 
 def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
-    """Snapshot the store dicts of ``root``'s tree, the hook dicts of the node modules ``leaves`` and the global
-    hook dicts."""
+    """Snapshot the store dicts of ``root``'s tree, the hook dicts and instance dicts of the node modules
+    ``leaves``, and the global hook dicts."""
     live: list[dict[Any, Any]] = []
     empty: list[dict[Any, Any]] = []
+    submodules: list[dict[Any, Any]] = []
+    keyed: list[dict[Any, Any]] = []
     tensors: list[dict[Any, Any]] = []
-
-    def by_value(d: dict[Any, Any]) -> None:
-        (live if d else empty).append(d)
-
+    modules: list[nn.Module] = []
     for _path, module in walk_modules(root):
-        by_value(module._modules)
+        modules.append(module)
+        if module._modules:
+            submodules.append(module._modules)
+            keyed.append(module._modules)
+        else:
+            empty.append(module._modules)
         for store in (module._parameters, module._buffers):
-            (tensors if store else empty).append(store)
+            if store:
+                keyed.append(store)
+                tensors.append(store)
+            else:
+                empty.append(store)
     seen: set[int] = set()
+    instance_dicts: list[dict[str, Any]] = []
     for leaf in leaves:
         if id(leaf) not in seen:  # one module may serve as two nodes' layer
             seen.add(id(leaf))
+            instance_dicts.append(leaf.__dict__)
             for d in hook_dicts(leaf):
-                by_value(d)
+                (live if d else empty).append(d)
     for d in GLOBAL_HOOK_DICTS:
-        by_value(d)
-    lens, nones = eval(_MEASURE, {**_HELPERS, "tensors": tensors})
+        (live if d else empty).append(d)
+    namespace = {**_HELPERS, "keyed": keyed, "tensors": tensors, "modules": modules, "instance_dicts": instance_dicts}
+    keys, shapes, dtypes, types, attr_counts = eval(_MEASURE, namespace)
     return StoresRecord(
         live=tuple(live),
         copies=tuple(dict(d) for d in live),
         empty=tuple(empty),
+        submodules=tuple(submodules),
+        submodule_ids=tuple(map(id, chain.from_iterable(d.values() for d in submodules))),
+        keyed=tuple(keyed),
+        keys=keys,
         tensors=tuple(tensors),
-        lens=lens,
-        nones=nones,
+        shapes=shapes,
+        dtypes=dtypes,
+        modules=tuple(modules),
+        types=types,
+        instance_dicts=tuple(instance_dicts),
+        attr_counts=attr_counts,
     )

@@ -22,10 +22,12 @@ from torch import nn
 
 from .._errors import HndlError, Problem
 from .._plan import Plan
+from ..naming import suggestion
 from . import _hooks
 from ._codegen import Compiled, compile_graph, make_function
 from ._guards import VERSION_ATTR, StoresRecord, bump, call_guards, global_hooks_active, hook_dicts, take_record
 from ._state import BuildState, walk_modules
+from ._symbolic import SymbolicCheck, proven_for_all_bindings
 from ._validate import check_inputs, check_state, layer_failure, run_checked
 
 __all__ = ["GraphModule", "SIGNATURE_CACHE_SIZE"]
@@ -37,7 +39,7 @@ SIGNATURE_CACHE_SIZE = 64
 _is_compiling = torch.compiler.is_compiling
 
 # Attributes rebuilt for every instance (after deepcopy, copy or unpickling) rather than copied.
-_RUNTIME_KEYS = ("_signatures", "_lock", "_runtime", "_owned", VERSION_ATTR, "_signatures_version")
+_RUNTIME_KEYS = ("_signatures", "_lock", "_runtime", "_owned", VERSION_ATTR, "_signatures_version", "_symbolic")
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,6 +102,7 @@ class GraphModule(nn.Module):
     _owned: frozenset[int]
     _runtime: _Runtime
     _state_version: int
+    _symbolic: SymbolicCheck | None
 
     def __init__(self, plan: Plan, nodes: nn.ModuleDict) -> None:
         super().__init__()
@@ -154,6 +157,43 @@ class GraphModule(nn.Module):
             module = module._modules.get(key)
         return module
 
+    def replace_layer(self, node: str, module: nn.Module) -> None:
+        """Swap node ``node``'s layer for any module (a quantized or fused layer, another class): the one way to
+        put a layer of an unrelated class in place, which otherwise is ``E_RUNTIME`` on the next call.
+
+        ``module`` becomes the build of that node: its parameters and buffers are what :attr:`build_state`
+        records for it from now on. The next call validates, running the new layer with its outputs checked
+        against the node's contract (``E_CONTRACT`` naming the node when they break it).
+
+        Args:
+            node: the node's qualified name, as errors name it (``"hidden"``, ``"blocks.0.attn"``).
+            module: the new layer.
+
+        Raises:
+            HndlError: E_RUNTIME when no node has that name (with the closest name).
+        """
+        step = next((s for s in self._plan.steps if s.node.qualname == node), None)
+        if step is None:
+            names = [s.node.qualname for s in self._plan.steps]
+            raise HndlError(
+                Problem(
+                    "E_RUNTIME",
+                    f"graph '{self.graph.name}' has no node {node!r} to replace",
+                    node=node,
+                    expected="a node name: " + ", ".join(names[:8]) + (", ..." if len(names) > 8 else ""),
+                    actual=node,
+                    hint=suggestion(node, names),
+                )
+            )
+        path = step.node.path
+        parent = self.node_module(path[:-1]) if len(path) > 1 else self._modules["nodes"]
+        if parent is None:
+            raise HndlError(step.node.problem("E_RUNTIME", "the module holding this node's layer was removed"))
+        with self._lock:
+            self._build_state.adopt("nodes." + ".".join(path), module, step.node.qualname, step.node.op)
+            parent.add_module(path[-1], module)  # PyTorch's registration hook gives a new state version
+            bump(self)
+
     # -- runtime state --------------------------------------------------------------------------------------
 
     def _init_runtime(self) -> None:
@@ -162,6 +202,7 @@ class GraphModule(nn.Module):
         d["_signatures_version"] = None
         d["_lock"] = threading.RLock()
         d["_owned"] = frozenset()
+        d["_symbolic"] = SymbolicCheck(self._plan, check_inputs) if proven_for_all_bindings(self._plan) else None
         bump(self)
         self._install(self._leaves())
 
@@ -174,20 +215,24 @@ class GraphModule(nn.Module):
         if stores is None:
             stores = take_record(self, present)
         global_hooks = global_hooks_active()
-        hooked = tuple(m is None or global_hooks or any(hook_dicts(m)) for m in leaves)
+        hooked = tuple(
+            m is None or global_hooks or any(hook_dicts(m)) or m.__dict__.get("_compiled_call_impl") is not None
+            for m in leaves
+        )
         current = self.__dict__.get("_runtime")
-        guards = [guard.source for guard in call_guards(stores)]
+        guards = [guard.source for guard in call_guards(stores, symbolic=self._symbolic is not None)]
         compiled = compile_graph(self._plan, hooked, guards, self.graph.name)
         namespace = stores.namespace
         namespace.update(
             sigs=self._signatures,
             bind=GraphModule._bind,
             validate=GraphModule._validate,
+            admit=GraphModule._admit,
             fail=partial(_fast_failure, compiled),
         )
         for i, module in enumerate(leaves):
             # A missing module can only be met after validation, which reports it; never called before.
-            namespace[f"f{i}"] = _missing if module is None else (module if hooked[i] else module.forward)
+            namespace[f"m{i}"] = _MISSING if module is None else module
         execute = make_function(compiled.execute, namespace)
         unchecked = current.unchecked if current is not None and current.compiled is compiled else None
         if unchecked is None:
@@ -263,13 +308,26 @@ class GraphModule(nn.Module):
         # The registered state has just been found to match the build: this is the state to record.
         stores = take_record(self, [m for m in leaves if m is not None])
         values: dict[str, Any] = dict(zip(plan.input_ids, inputs))
-        run_checked(plan.steps, leaves, values, env)  # type: ignore[arg-type]
+        run_checked(plan.steps, leaves, values, env, plan.last_use)  # type: ignore[arg-type]
         with self._lock:
             self._install(leaves, stores)
             if sig is not None:
                 self._remember(sig)
+                if self._symbolic is not None:
+                    self._symbolic.validated(sig)
         outs = tuple(values[v] for v in plan.output_ids)
         return outs[0] if len(outs) == 1 else outs
+
+    def _admit(self, sig: tuple[Any, ...], inputs: tuple[Any, ...]) -> bool:
+        """A signature not yet remembered: take the fast path without a full validation when it is a new binding
+        of the symbols of a dtype/device pattern that validated fully (see ``_symbolic``) and the inputs meet
+        their contracts; then remember it. Called by the generated code only while the stores record matches."""
+        symbolic = self._symbolic
+        if symbolic is None or not symbolic.admits(sig, inputs):
+            return False
+        with self._lock:
+            self._remember(sig)
+        return True
 
     def _remember(self, sig: tuple[Any, ...]) -> None:
         """Add a signature that passed (under the lock); the last item of a signature is its state version."""
@@ -321,8 +379,16 @@ class GraphModule(nn.Module):
         return f"graph={self.graph.name!r}"
 
 
-def _missing(*args: Any) -> Any:
-    raise HndlError(Problem("E_RUNTIME", "a node's module is missing"))
+class _Missing:
+    """Stands in for a node's module that was removed: validation reports it first, so this never runs."""
+
+    def __call__(self, *args: Any) -> Any:
+        raise HndlError(Problem("E_RUNTIME", "a node's module is missing"))
+
+    forward = __call__
+
+
+_MISSING = _Missing()
 
 
 def _fast_failure(compiled: Compiled, self: GraphModule, exc: BaseException) -> None:

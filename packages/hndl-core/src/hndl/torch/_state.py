@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from .._plan import Plan
+from ..naming import dtype_name
 
 __all__ = ["BuildState", "ModuleSlot", "TensorSlot", "walk_modules"]
 
@@ -67,29 +68,16 @@ class BuildState:
             owners["nodes." + ".".join(step.node.path)] = (step.node.qualname, step.node.op)
         modules: dict[str, ModuleSlot] = {}
         tensors: dict[str, TensorSlot] = {}
-        for path, module in walk_modules(root):
-            node, op = _owner(path, owners)
-            modules[path] = ModuleSlot(
-                path=path,
-                type=type(module),
-                parameters=tuple(module._parameters),
-                buffers=tuple(module._buffers),
-                children=tuple(module._modules),
-                node=node,
-                op=op,
-            )
-            for kind, store in (("parameter", module._parameters), ("buffer", module._buffers)):
-                for name, value in store.items():
-                    full = f"{path}.{name}" if path else name
-                    tensors[full] = TensorSlot(
-                        name=full,
-                        kind=kind,
-                        shape=None if value is None else tuple(value.shape),
-                        dtype=None if value is None else value.dtype,
-                        node=node,
-                        op=op,
-                    )
+        _record_tree(root, "", owners, modules, tensors)
         return cls(modules, tensors, plan.checked.graph.name)
+
+    def adopt(self, path: str, module: nn.Module, node: str, op: str) -> None:
+        """Make ``module``, now at dotted ``path``, the build of ``node``: its slots replace those under ``path``."""
+        prefix = path + "."
+        for store in (self.modules, self.tensors):
+            for name in [n for n in store if n == path or n.startswith(prefix)]:
+                del store[name]
+        _record_tree(module, path, {path: (node, op)}, self.modules, self.tensors)
 
     def refresh_dtypes(self, root: nn.Module) -> None:
         """Adopt the live dtypes (after ``.half()``, ``.to(dtype)``): a conversion is not a mismatch."""
@@ -114,59 +102,48 @@ class BuildState:
     def diff(self, root: nn.Module) -> list[tuple[str | None, str | None, str]]:
         """How the live tree differs from the build: ``(node, op, change)`` per difference, in tree order.
 
-        Detected: a module added, removed, set to ``None`` or replaced by another class; a parameter or
-        buffer added, removed, set to ``None``, or given another shape. A same-class replacement with the
-        same names and shapes, and a dtype/device conversion, match the build.
+        Detected: a module added, removed, set to ``None``, replaced by a class that is not a subclass of the
+        built one (``__class__`` swaps included), or given its own ``forward``; a parameter or buffer added,
+        removed, set to ``None``, or given another shape or dtype. A reorder is no mismatch (re-registering a
+        deleted parameter, the way to put it back, appends it). A same-class replacement
+        with the same names and shapes, and a dtype/device conversion of the whole model, match the build.
+
+        A *transformed* layer (an instance of a subclass of the built class, as parametrizations, FSDP2 or a
+        user's subclass make; or one whose built tensors moved out of its stores, as pruning does) is checked
+        through what it exposes: each built parameter and buffer, read as an attribute (a parametrized
+        ``weight`` is computed), must have the built shape; what the transformation added is its own business.
         """
         changes: list[tuple[str | None, str | None, str]] = []
-        seen: set[str] = set()
         stack: list[tuple[str, Any]] = [("", root)]
         while stack:
             path, module = stack.pop()
-            seen.add(path)
             expected = self.modules.get(path)
             what = f"submodule '{path}'" if path else f"graph '{self.graph_name}'"
             if expected is None:
                 node, op = self.owner_of(path)
                 changes.append((node, op, f"{what} was added ({type(module).__name__})"))
                 continue
-            if type(module) is not expected.type:
+            if not isinstance(module, expected.type):
                 changes.append(
                     (
                         expected.node,
                         expected.op,
-                        f"{what} was replaced: the build made {expected.type.__name__}, now it is {type(module).__name__}",
+                        f"{what} was replaced: the build made {expected.type.__name__}, now it is {type(module).__name__}"
+                        " (swap a layer on purpose with model.replace_layer)",
                     )
                 )
                 continue
-            for kind, store, names in (
+            if path and "forward" in module.__dict__:
+                changes.append((expected.node, expected.op, f"{what} had its forward reassigned on the instance"))
+            stores = (
                 ("parameter", module._parameters, expected.parameters),
                 ("buffer", module._buffers, expected.buffers),
-            ):
-                for name in names:
-                    full = f"{path}.{name}" if path else name
-                    slot = self.tensors[full]
-                    if name not in store:
-                        changes.append((slot.node, slot.op, f"{kind} '{full}' was removed"))
-                        continue
-                    value = store[name]
-                    if value is None and slot.shape is not None:
-                        changes.append((slot.node, slot.op, f"{kind} '{full}' was set to None"))
-                    elif value is not None and slot.shape is None:
-                        changes.append((slot.node, slot.op, f"{kind} '{full}' was None in the build and is now set"))
-                    elif value is not None and tuple(value.shape) != slot.shape:
-                        changes.append(
-                            (
-                                slot.node,
-                                slot.op,
-                                f"{kind} '{full}' has shape {list(value.shape)}, the build made {list(slot.shape or ())}",
-                            )
-                        )
-                for name in store:
-                    if name not in names:
-                        full = f"{path}.{name}" if path else name
-                        node, op = self.owner_of(full)
-                        changes.append((node, op, f"{kind} '{full}' was added"))
+            )
+            transformed = type(module) is not expected.type or any(
+                name not in store for _kind, store, names in stores for name in names
+            )
+            for kind, store, names in stores:
+                changes.extend(self._tensor_changes(path, module, kind, store, names, transformed))
             for name in expected.children:
                 child_path = f"{path}.{name}" if path else name
                 if name not in module._modules:
@@ -175,9 +152,95 @@ class BuildState:
                     changes.append((*self.owner_of(child_path), f"submodule '{child_path}' was set to None"))
             for name, child in reversed(list(module._modules.items())):
                 child_path = f"{path}.{name}" if path else name
-                if child is not None and (name in expected.children or child_path not in self.modules):
+                if child is None or (transformed and name not in expected.children):
+                    continue  # what a transformation adds (a parametrizations dict) is not the build's
+                if name in expected.children or child_path not in self.modules:
                     stack.append((child_path, child))
         return changes
+
+    def _tensor_changes(
+        self, path: str, module: nn.Module, kind: str, store: dict[str, Any], names: tuple[str, ...], transformed: bool
+    ) -> list[tuple[str | None, str | None, str]]:
+        changes: list[tuple[str | None, str | None, str]] = []
+        for name in names:
+            full = f"{path}.{name}" if path else name
+            slot = self.tensors[full]
+            if name in store:
+                value = store[name]
+            elif transformed:
+                value = getattr(module, name, _ABSENT)  # a parametrized or pruned tensor, computed by the layer
+            else:
+                value = _ABSENT
+            if value is _ABSENT:
+                changes.append((slot.node, slot.op, f"{kind} '{full}' was removed"))
+            elif value is None and slot.shape is not None:
+                changes.append((slot.node, slot.op, f"{kind} '{full}' was set to None"))
+            elif value is not None and slot.shape is None:
+                changes.append((slot.node, slot.op, f"{kind} '{full}' was None in the build and is now set"))
+            elif not isinstance(value, torch.Tensor):
+                if value is not None:
+                    changes.append((slot.node, slot.op, f"{kind} '{full}' is a {type(value).__name__}, not a tensor"))
+            elif tuple(value.shape) != slot.shape:
+                changes.append(
+                    (
+                        slot.node,
+                        slot.op,
+                        f"{kind} '{full}' has shape {list(value.shape)}, the build made {list(slot.shape or ())}",
+                    )
+                )
+            elif slot.dtype is not None and value.dtype != slot.dtype:
+                changes.append(
+                    (
+                        slot.node,
+                        slot.op,
+                        f"{kind} '{full}' has dtype {dtype_name(value.dtype)}, the build made {dtype_name(slot.dtype)}"
+                        " (convert the whole model, not one tensor or layer)",
+                    )
+                )
+        if transformed:
+            return changes
+        for name in store:
+            if name not in names:
+                full = f"{path}.{name}" if path else name
+                node, op = self.owner_of(full)
+                changes.append((node, op, f"{kind} '{full}' was added"))
+        return changes
+
+
+_ABSENT: Any = object()
+
+
+def _record_tree(
+    root: nn.Module,
+    base: str,
+    owners: Mapping[str, tuple[str, str]],
+    modules: dict[str, ModuleSlot],
+    tensors: dict[str, TensorSlot],
+) -> None:
+    """Add a slot for every module, parameter and buffer of ``root``'s tree, ``root`` being at dotted ``base``."""
+    for sub, module in walk_modules(root):
+        path = f"{base}.{sub}" if base and sub else (base or sub)
+        node, op = _owner(path, owners)
+        modules[path] = ModuleSlot(
+            path=path,
+            type=type(module),
+            parameters=tuple(module._parameters),
+            buffers=tuple(module._buffers),
+            children=tuple(module._modules),
+            node=node,
+            op=op,
+        )
+        for kind, store in (("parameter", module._parameters), ("buffer", module._buffers)):
+            for name, value in store.items():
+                full = f"{path}.{name}" if path else name
+                tensors[full] = TensorSlot(
+                    name=full,
+                    kind=kind,
+                    shape=None if value is None else tuple(value.shape),
+                    dtype=None if value is None else value.dtype,
+                    node=node,
+                    op=op,
+                )
 
 
 def walk_modules(root: nn.Module) -> Iterator[tuple[str, nn.Module]]:

@@ -266,15 +266,20 @@ def run_checked(
     modules: Sequence[Callable[..., Any]],
     values: dict[str, Any],
     env: dict[str, Any],
+    last_use: Mapping[str, int],
 ) -> None:
     """Run every step through ``__call__`` and check each output; fills ``values`` (value id -> tensor).
+
+    A value is dropped from ``values`` right after the step that last reads it (``last_use``, from the plan), as
+    the generated fast path does, so a validating call holds no more activations than a fast one; a failing
+    step's inputs are still held when it raises. ``values`` ends holding the graph's outputs.
 
     Raises:
         HndlError: E_CONTRACT for an output that breaks its static type (shape, dtype, device, count) or
             inputs on different devices; E_RUNTIME for a layer that raised, with the exception chained.
     """
     autocast = any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
-    for step, module in zip(steps, modules):
+    for index, (step, module) in enumerate(zip(steps, modules)):
         node = step.node
         ins = [values[v] for v in step.inputs]
         devices = {v.device for v in ins if isinstance(v, torch.Tensor)}
@@ -304,6 +309,11 @@ def run_checked(
             if problem is not None:
                 raise HndlError(problem)
             values[value_id] = value
+        for value_id in (*step.inputs, *step.outputs):
+            if last_use.get(value_id) == index:
+                values.pop(value_id, None)
+        value = None  # nothing of this step stays alive while the next one runs
+        del ins, result, outs
 
 
 def _split(node: CheckedNode, result: Any, count: int, env: dict[str, Any]) -> Sequence[Any]:

@@ -1,0 +1,121 @@
+"""Checked once per *symbolic* signature: a new binding of the graph's symbols needs only its inputs checked.
+
+Static inference proves a graph for every value of its symbols (``B``, ``T``): each node's output type is an
+expression over them. So once a call with some dtype/device pattern has validated fully, another call whose
+shapes are a new binding of the same symbols cannot break a node's contract that the first did not: checking
+its inputs against the input contracts is enough. The *symbolic key* of a signature is each input's rank,
+dtype and device plus the state version (its concrete dims left out); :class:`SymbolicCheck` remembers the
+keys that validated fully and checks a new binding's inputs with generated code (no Python-level loop for the
+common patterns: ints and bare symbols).
+
+Where inference did not prove everything, every concrete shape still validates: a ``module`` op (its output
+shape is only declared), an output whose shape or some dim inference could not determine.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._check import CheckedGraph
+from .._contracts import Variadic, is_unknown
+from .._dims import free_symbols
+from .._plan import Plan
+
+__all__ = ["SymbolicCheck", "proven_for_all_bindings", "symbolic_key"]
+
+
+def proven_for_all_bindings(plan: Plan) -> bool:
+    """Whether static inference typed every step's outputs for every binding of the graph's symbols."""
+    for step in plan.steps:
+        if step.node.op == "module":
+            return False
+        for out in step.node.out_types:
+            if out.shape is None or any(not isinstance(d, Variadic) and is_unknown(d) for d in out.shape):
+                return False
+    return True
+
+
+def symbolic_key(sig: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A signature without its concrete dims: per input ``(rank, dtype, device)``, then the state version."""
+    return (*(len(v) if i % 3 == 0 else v for i, v in enumerate(sig[:-1])), sig[-1])
+
+
+def _bare_symbol(d: Any) -> str | None:
+    symbols = free_symbols(d)
+    if len(symbols) == 1:
+        (name,) = symbols
+        if str(d) == name:
+            return name
+    return None
+
+
+def _input_check_source(checked: CheckedGraph) -> str | None:
+    """``def inputs_ok(args)`` testing each input's rank, int dims and symbol agreement; ``None`` when a contract
+    has a variadic entry or an expression dim (then :func:`~._validate.check_inputs` decides)."""
+    lines = ["def inputs_ok(args):"]
+    bound: dict[str, str] = {}
+    for i, contract in enumerate(checked.contracts):
+        shape = contract.shape
+        if shape.variadic is not None:
+            return None
+        lines.append(f"    s = args[{i}].shape")
+        tests = [f"len(s) != {len(shape.dims)}"]
+        binds: list[str] = []
+        for k, d in enumerate(shape.dims):
+            if isinstance(d, int):
+                tests.append(f"s[{k}] != {d}")
+                continue
+            name = _bare_symbol(d)
+            if name is None:
+                return None
+            if name in bound:
+                tests.append(f"s[{k}] != {bound[name]}")
+            else:
+                local = f"d{len(bound)}"
+                bound[name] = local
+                binds.append(f"    {local} = s[{k}]")
+        lines.append(f"    if {' or '.join(tests)}:")
+        lines.append("        return False")
+        lines.extend(binds)
+    lines.append("    return True")
+    return "\n".join(lines)
+
+
+class SymbolicCheck:
+    """One model's symbolic keys that validated fully, and the check a new binding's inputs must pass."""
+
+    def __init__(self, plan: Plan, check_inputs: Callable[[CheckedGraph, Sequence[Any]], Any]) -> None:
+        self.proven: dict[tuple[Any, ...], None] = {}
+        self._lock = threading.Lock()
+        source = _input_check_source(plan.checked)
+        if source is not None:
+            code = compile(source, f"<hndl input check: {plan.checked.graph.name}>", "exec")
+            function = next(c for c in code.co_consts if isinstance(c, types.CodeType))
+            self.inputs_ok: Callable[[Sequence[Any]], bool] = types.FunctionType(function, {}, "inputs_ok")
+        else:
+            checked = plan.checked
+
+            def inputs_ok(args: Sequence[Any]) -> bool:
+                try:
+                    check_inputs(checked, args)
+                except Exception:
+                    return False  # the full validation that follows raises it
+                return True
+
+            self.inputs_ok = inputs_ok
+
+    def validated(self, sig: tuple[Any, ...]) -> None:
+        """Remember that a call with ``sig`` validated fully (its key's older state versions are dropped)."""
+        key = symbolic_key(sig)
+        with self._lock:
+            if key not in self.proven:
+                for old in [k for k in self.proven if k[-1] != key[-1]]:
+                    del self.proven[old]
+                self.proven[key] = None
+
+    def admits(self, sig: tuple[Any, ...], args: Sequence[Any]) -> bool:
+        """Whether ``sig`` is a new binding of a key that validated fully, with inputs that meet the contracts."""
+        return symbolic_key(sig) in self.proven and self.inputs_ok(args)
