@@ -224,6 +224,15 @@ def _pad_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
                 actual=format_shape(t.shape),
                 hint="reflect padding must be smaller than the dim; circular at most the dim",
             )
+        # torch crops before it pads: the negative entries alone must leave a non-negative length.
+        cropped = dim_add(size, min(before, 0) + min(after, 0))
+        if isinstance(cropped, int) and cropped < 0:
+            raise InferError(
+                f"padding {before}, {after} crops dim {d} of size {format_dim(size)} by more than its length",
+                port="x",
+                expected=f"dim {d} of at least {-(min(before, 0) + min(after, 0))}",
+                actual=format_shape(t.shape),
+            )
         grown = dim_add(size, before + after)
         if isinstance(grown, int) and grown < (1 if p.mode != "constant" else 0):
             raise InferError(

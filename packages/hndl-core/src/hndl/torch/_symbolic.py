@@ -66,6 +66,8 @@ def _input_check_source(checked: CheckedGraph) -> str | None:
         binds: list[str] = []
         for k, d in enumerate(shape.dims):
             if isinstance(d, int):
+                if not 0 <= d < 2**63:  # no tensor has such a dim; and a huge int has no decimal text to emit
+                    return None
                 tests.append(f"s[{k}] != {d}")
                 continue
             name = _bare_symbol(d)
