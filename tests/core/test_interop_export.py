@@ -131,3 +131,8 @@ def test_jit_trace_records_the_model_and_runs_at_another_batch_size():
     traced = torch.jit.trace(model, model.example_inputs())
     (x,) = model.example_inputs(B=5)
     assert torch.equal(traced(x), model(x))
+
+
+def test_defaults_skip_the_sizes_given_so_no_two_dims_share_one():
+    model = graph({"x": ("B", "T", 4)})
+    assert model.example_inputs(B=2)[0].shape == (2, 3, 4)

@@ -13,6 +13,7 @@ what works and what does not.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -71,12 +72,14 @@ def _resolve_dims(model: GraphModule, dims: Mapping[str, Any]) -> tuple[dict[str
                     hint=hint,
                 )
             )
-    next_default = _FIRST_DEFAULT
+    given = {v for v in dims.values() if isinstance(v, int)}
+    given |= {v for run in dims.values() if isinstance(run, Sequence) for v in run if isinstance(v, int)}
+    defaults = (n for n in itertools.count(_FIRST_DEFAULT) if n not in given)
     sizes: dict[str, int] = {}
     for symbol in scalars:
         value = dims.get(symbol)
         if value is None:
-            value, next_default = next_default, next_default + 1
+            value = next(defaults)
         elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise HndlError(
                 Problem("E_INPUT", f"symbol {symbol!r} must be a size", expected="an int >= 0", actual=repr(value))
@@ -86,7 +89,7 @@ def _resolve_dims(model: GraphModule, dims: Mapping[str, Any]) -> tuple[dict[str
     for name in variadics:
         value = dims.get(name)
         if value is None:
-            value, next_default = (next_default,), next_default + 1
+            value = (next(defaults),)
         if not isinstance(value, Sequence) or not all(isinstance(v, int) and v >= 0 for v in value):
             raise HndlError(
                 Problem(
@@ -122,8 +125,9 @@ def example_inputs(model: GraphModule, **dims: Any) -> tuple[torch.Tensor, ...]:
 
     Args:
         dims: a size for any symbol of the input contracts (``B=4``), or for a ``*name`` entry the sizes it
-            stands for (``batch=(4, 16)``). Symbols left out get distinct defaults from 2 up (one dim each for
-            a ``*name``), in the order the inputs use them, so no two dynamic dims share an example size.
+            stands for (``batch=(4, 16)``). Symbols left out get distinct defaults from 2 up, skipping the sizes
+            given (one dim each for a ``*name``), in the order the inputs use them, so no two dynamic dims
+            share an example size.
 
     Floating inputs are ``randn`` from a generator seeded with 0 (the same inputs every time); integer and
     bool inputs are zeros, which are valid indices for any embedding. Each input is on its contract's device,
