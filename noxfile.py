@@ -28,6 +28,9 @@ FUNC = "packages/hndl-func"
 DOCS = "packages/hndl-docs"
 # jsonschema: tests/core/test_spec_schema.py holds the published schema to the loader; without it the test skips.
 TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "jsonschema>=4.18"]
+# Every session installs torch through this constraints file: hndl-core accepts a torch range, and without the
+# pin pip would pick the newest release in it (a multi-GB CUDA build). tests_torch214 (below) uses its own.
+TORCH_213 = ["-c", os.path.join("constraints", "torch-2.13.txt")]
 TYPED_SOURCES = ["packages/hndl-core/src/hndl", "packages/hndl-func/src/hndl/func", "packages/hndl-docs/src/hndl/docs"]
 
 INSTALL_SETS = {
@@ -41,7 +44,7 @@ def _install(session: nox.Session, packages: list[str], editable: bool) -> None:
     args: list[str] = []
     for package in packages:
         args += ["-e", package] if editable else [package]
-    session.install(*args, *TEST_DEPS)
+    session.install(*TORCH_213, *args, *TEST_DEPS)
 
 
 @nox.session
@@ -62,7 +65,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
     # The packages are installed so mypy sees torch's (and the other dependencies') types; the hndl sources
     # come from mypy_path. Run from the repo root so pyproject.toml's [tool.mypy] applies.
-    session.install("-e", CORE, "-e", FUNC, "-e", DOCS, "mypy>=1.10")
+    session.install(*TORCH_213, "-e", CORE, "-e", FUNC, "-e", DOCS, "mypy>=1.10")
     session.run("mypy", *TYPED_SOURCES)
 
 
@@ -70,7 +73,7 @@ def lint(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Reference docs are current, and the Sphinx site builds with warnings as errors."""
     # All three packages: the reference documents exactly what is installed (E_PARAMS needs hndl-func).
-    session.install(CORE, FUNC, f"{DOCS}[site]")
+    session.install(*TORCH_213, CORE, FUNC, f"{DOCS}[site]")
     session.run("python", "-m", "hndl.docs", "--check")
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", os.path.join("docs", "_build", "html"))
 
@@ -86,5 +89,28 @@ def bench(session: nox.Session) -> None:
 @nox.session
 def fuzz(session: nox.Session) -> None:
     """Mutated spec files through load, check and a meta-device build for a time budget; reports every failure."""
-    session.install(CORE)
+    session.install(*TORCH_213, CORE)
     session.run("python", "tests/fuzz/fuzz_specs.py", *session.posargs)
+
+
+# --- interop (issue 13): other torch releases and the optional ONNX extra -----------------------------------
+
+
+@nox.session
+def tests_torch214(session: nox.Session) -> None:
+    """The core and func tests on torch 2.14.1 (a CUDA build on local disk; it runs on the CPU).
+
+    torch is installed first, then hndl-core and hndl-func without a pin of their own: that they keep the torch
+    already there is part of what this session checks.
+    """
+    session.install("-c", os.path.join("constraints", "torch-2.14.txt"), "torch==2.14.1")
+    session.install("-c", os.path.join("constraints", "torch-2.14.txt"), CORE, FUNC, *TEST_DEPS)
+    session.run("python", "-c", "import torch; assert torch.__version__.startswith('2.14.1'), torch.__version__")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/core", "tests/func", *session.posargs)
+
+
+@nox.session
+def onnx(session: nox.Session) -> None:
+    """ONNX export (torch.onnx.export, dynamo=True) checked against onnxruntime, with the hndl-core[onnx] extra."""
+    session.install(*TORCH_213, f"{CORE}[onnx]", *TEST_DEPS)
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/core/test_interop_onnx.py", *session.posargs)

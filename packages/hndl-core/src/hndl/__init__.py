@@ -12,6 +12,7 @@ from __future__ import annotations
 # possibly from other directories (editable installs); extend_path lets `import hndl.func` find them there.
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
@@ -73,9 +74,11 @@ __all__ = [
     "dumps",
     "flow_yaml",
     "load",
+    "load_model",
     "loads",
     "op",
     "registry",
+    "save",
     "spec_schema",
     "split_ref",
 ]
@@ -90,6 +93,29 @@ def build(graph: Graph) -> GraphModule:
     from .torch import build_module
 
     return build_module(graph)
+
+
+def save(model: GraphModule, path: str | os.PathLike[str]) -> None:
+    """Write ``model`` as one ``.safetensors`` file: its weights (tied ones once) and its spec in the metadata.
+
+    See :func:`load_model` and docs/interop.md.
+    """
+    from .torch._safetensors import save as save_file
+
+    save_file(model, path)
+
+
+def load_model(path: str | os.PathLike[str]) -> GraphModule:
+    """Rebuild a model :func:`save` wrote: a checked :class:`GraphModule` with the saved weights. Runs no code
+    from the file.
+
+    Raises:
+        HndlError: E_SPEC for a file that is not an hndl model file (not safetensors, truncated, no spec);
+            E_PARAMS for weights that do not match the spec.
+    """
+    from .torch._safetensors import load_model as load_file
+
+    return load_file(path)
 
 
 def __getattr__(name: str) -> Any:

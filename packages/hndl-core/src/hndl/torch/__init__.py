@@ -4,9 +4,19 @@ This subpackage imports torch; the rest of hndl does not.
 """
 
 from ._build import build_module as build_module
+from ._export import dynamic_shapes as dynamic_shapes
+from ._export import example_inputs as example_inputs
 from ._module import GraphModule as GraphModule
 from ._state import BuildState as BuildState
 from ._state import ModuleSlot as ModuleSlot
 from ._state import TensorSlot as TensorSlot
 
-__all__ = ["BuildState", "GraphModule", "ModuleSlot", "TensorSlot", "build_module"]
+__all__ = [
+    "BuildState",
+    "GraphModule",
+    "ModuleSlot",
+    "TensorSlot",
+    "build_module",
+    "dynamic_shapes",
+    "example_inputs",
+]

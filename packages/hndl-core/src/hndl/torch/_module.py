@@ -23,7 +23,7 @@ from torch import nn
 from .._errors import HndlError, Problem
 from .._plan import Plan
 from ..naming import suggestion
-from . import _hooks
+from . import _export, _hooks
 from ._codegen import Compiled, compile_graph, make_function
 from ._guards import VERSION_ATTR, StoresRecord, bump, call_guards, global_hooks_active, hook_dicts, take_record
 from ._state import BuildState, walk_modules
@@ -377,6 +377,19 @@ class GraphModule(nn.Module):
 
     def extra_repr(self) -> str:
         return f"graph={self.graph.name!r}"
+
+    # -- interop (hndl/torch/_export.py; SPEC.md section 13) ------------------------------------------------
+
+    def example_inputs(self, **dims: Any) -> tuple[torch.Tensor, ...]:
+        """Inputs satisfying every contract (``B=4``; others default): see :func:`hndl.torch.example_inputs`."""
+        return _export.example_inputs(self, **dims)
+
+    def dynamic_shapes(self, **dims: Any) -> tuple[tuple[dict[int, Any], ...]]:
+        """``torch.export`` dynamic dims, one per symbol: see :func:`hndl.torch.dynamic_shapes`."""
+        return _export.dynamic_shapes(self, **dims)
+
+    def __prepare_scriptable__(self) -> GraphModule:
+        raise _export.not_scriptable(self)  # torch.jit.script calls this first: say what to use instead
 
 
 class _Missing:

@@ -1,0 +1,245 @@
+"""Inputs and dynamic dims for ``torch.export``, both read off the graph's input contracts.
+
+:func:`example_inputs` makes tensors that satisfy every input contract; :func:`dynamic_shapes` turns each
+symbol of the contracts into one ``torch.export.Dim`` shared by every input that uses it. Both take the same
+``**dims`` (a symbol's size, a ``*name`` entry's sizes), so the two always describe the same inputs::
+
+    ep = torch.export.export(model, model.example_inputs(B=4), dynamic_shapes=model.dynamic_shapes())
+
+Under ``torch.export`` (as under ``torch.compile``) ``torch.compiler.is_compiling()`` is true, so the model runs
+its unchecked call: plain module calls that export traces like hand-written code. SPEC.md section 13 states
+what works and what does not.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .._contracts import DTYPES, Contract
+from .._dims import Poly, evaluate, free_symbols
+from .._errors import HndlError, Problem
+from ..naming import suggestion
+
+if TYPE_CHECKING:
+    from ._module import GraphModule
+
+__all__ = ["dynamic_shapes", "example_inputs", "not_scriptable"]
+
+# Defaults for symbols the caller leaves out: distinct and above 1, because torch.export specializes a dim whose
+# example is 0 or 1, and two dynamic dims with the same example could be taken for one.
+_FIRST_DEFAULT = 2
+
+
+def _inputs(model: GraphModule) -> Iterator[tuple[str, Contract]]:
+    checked = model.plan.checked
+    yield from zip(checked.input_names, checked.contracts)
+
+
+def _symbols(model: GraphModule) -> tuple[list[str], list[str]]:
+    """The contracts' symbols and ``*name`` entries, each once, in the order the inputs first use them."""
+    scalars: list[str] = []
+    variadics: list[str] = []
+    for _name, contract in _inputs(model):
+        pattern = contract.shape
+        for index, dim in enumerate(pattern.dims):
+            if index == pattern.variadic:
+                if pattern.variadic_name not in variadics:
+                    variadics.append(pattern.variadic_name or "")
+                continue
+            for symbol in sorted(free_symbols(dim)) if dim is not None else ():
+                if symbol not in scalars:
+                    scalars.append(symbol)
+    return scalars, variadics
+
+
+def _resolve_dims(model: GraphModule, dims: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
+    """Every symbol's size and every ``*name``'s sizes: the given ones checked, the rest defaulted."""
+    scalars, variadics = _symbols(model)
+    known = [*scalars, *variadics]
+    for key in dims:
+        if key not in known:
+            hint = suggestion(key, known)
+            raise HndlError(
+                Problem(
+                    "E_INPUT",
+                    f"graph '{model.graph.name}' has no input symbol {key!r}",
+                    expected=", ".join(known) or "no symbols (every input dim is fixed)",
+                    actual=key,
+                    hint=hint,
+                )
+            )
+    given = {v for v in dims.values() if isinstance(v, int)}
+    given |= {v for run in dims.values() if isinstance(run, Sequence) for v in run if isinstance(v, int)}
+    defaults = (n for n in itertools.count(_FIRST_DEFAULT) if n not in given)
+    sizes: dict[str, int] = {}
+    for symbol in scalars:
+        value = dims.get(symbol)
+        if value is None:
+            value = next(defaults)
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise HndlError(
+                Problem("E_INPUT", f"symbol {symbol!r} must be a size", expected="an int >= 0", actual=repr(value))
+            )
+        sizes[symbol] = value
+    runs: dict[str, tuple[int, ...]] = {}
+    for name in variadics:
+        value = dims.get(name)
+        if value is None:
+            value = (next(defaults),)
+        if not isinstance(value, Sequence) or not all(isinstance(v, int) and v >= 0 for v in value):
+            raise HndlError(
+                Problem(
+                    "E_INPUT",
+                    f"'*{name}' must be given as the sizes it stands for",
+                    expected="a tuple of ints, e.g. (4, 16)",
+                    actual=repr(value),
+                )
+            )
+        runs[name] = tuple(value)
+    return sizes, runs
+
+
+def _dtype(contract: Contract) -> torch.dtype:
+    """A concrete dtype meeting the contract's rule: the rule itself, or the category's usual member."""
+    rule = contract.dtype
+    if rule in DTYPES:
+        dtype: torch.dtype = getattr(torch, rule)
+        return dtype
+    return torch.int64 if rule == "int" else torch.get_default_dtype()
+
+
+def _device(model: GraphModule, contract: Contract) -> torch.device:
+    if contract.device is not None:
+        return torch.device(contract.device)
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
+def example_inputs(model: GraphModule, **dims: Any) -> tuple[torch.Tensor, ...]:
+    """Tensors that satisfy every input contract of ``model``, in input order.
+
+    Args:
+        dims: a size for any symbol of the input contracts (``B=4``), or for a ``*name`` entry the sizes it
+            stands for (``batch=(4, 16)``). Symbols left out get distinct defaults from 2 up, skipping the sizes
+            given (one dim each for a ``*name``), in the order the inputs use them, so no two dynamic dims
+            share an example size.
+
+    Floating inputs are ``randn`` from a generator seeded with 0 (the same inputs every time); integer and
+    bool inputs are zeros, which are valid indices for any embedding. Each input is on its contract's device,
+    else on the device of the model's first parameter or buffer.
+
+    Raises:
+        HndlError: E_INPUT for a name that is no symbol of the contracts (with a did-you-mean), or a size that
+            is not an int >= 0.
+    """
+    sizes, runs = _resolve_dims(model, dims)
+    generator = torch.Generator().manual_seed(0)
+    inputs: list[torch.Tensor] = []
+    for _name, contract in _inputs(model):
+        pattern = contract.shape
+        shape: list[int] = []
+        for index, dim in enumerate(pattern.dims):
+            if index == pattern.variadic:
+                shape.extend(runs[pattern.variadic_name or ""])
+            else:
+                assert dim is not None
+                shape.append(evaluate(dim, sizes))
+        dtype = _dtype(contract)
+        if dtype.is_floating_point or dtype.is_complex:
+            value = torch.randn(shape, generator=generator, dtype=dtype)
+        else:
+            value = torch.zeros(shape, dtype=dtype)
+        inputs.append(value.to(_device(model, contract)))
+    return tuple(inputs)
+
+
+def dynamic_shapes(model: GraphModule, **dims: Any) -> tuple[tuple[dict[int, Any], ...]]:
+    """``dynamic_shapes`` for ``torch.export.export(model, args, ...)``: one ``Dim`` per symbol, shared.
+
+    Each symbol of the input contracts becomes ``torch.export.Dim(symbol)`` at every position where it is
+    written, so ``B`` in two inputs is one dynamic dim; ``2*T`` or ``T+1`` becomes a derived dim of ``T``. Fixed
+    entries (``784``) stay static. A ``*name`` entry becomes one ``Dim`` per dim it stands for (``batch_0``,
+    ``batch_1``, ...); its count comes from ``dims`` as in :func:`example_inputs`. The result is nested as
+    ``GraphModule.forward(*args)`` needs: a one-item tuple holding one ``{dim index: Dim}`` per input.
+
+    Raises:
+        HndlError: E_INPUT for an unknown symbol name, or for an entry that torch.export cannot express as a
+            dim derived from one symbol (a product such as ``C*H*W``, a floor division): pass such a model's
+            ``dynamic_shapes`` by hand.
+    """
+    from torch.export import Dim as ExportDim
+
+    _sizes, runs = _resolve_dims(model, dims)
+    made: dict[str, Any] = {}
+
+    def dim_of(symbol: str) -> Any:
+        if symbol not in made:
+            made[symbol] = ExportDim(symbol)
+        return made[symbol]
+
+    specs: list[dict[int, Any]] = []
+    for name, contract in _inputs(model):
+        pattern = contract.shape
+        spec: dict[int, Any] = {}
+        position = 0
+        for index, dim in enumerate(pattern.dims):
+            if index == pattern.variadic:
+                for k in range(len(runs[pattern.variadic_name or ""])):
+                    spec[position] = dim_of(f"{pattern.variadic_name}_{k}")
+                    position += 1
+                continue
+            assert dim is not None
+            if not isinstance(dim, int):
+                spec[position] = _export_dim(name, position, dim, dim_of)
+            position += 1
+        specs.append(spec)
+    return (tuple(specs),)
+
+
+def _export_dim(input_name: str, position: int, dim: Poly, dim_of: Any) -> Any:
+    """``a*S + b`` as torch.export's derived dim of ``S``; anything else cannot be expressed."""
+    scale, offset, root = 0, 0, None
+    for monomial, coeff in dim.terms:
+        if not monomial:
+            offset = coeff
+        elif len(monomial) == 1 and isinstance(monomial[0], str) and root in (None, monomial[0]):
+            root, scale = monomial[0], coeff
+        else:
+            root = None
+            break
+    if root is None or scale < 1:
+        raise HndlError(
+            Problem(
+                "E_INPUT",
+                f"dim {position} of input '{input_name}' is {dim}: torch.export has no dynamic dim for it",
+                node=input_name,
+                op="input",
+                expected="a symbol, or a*S+b of one symbol S",
+                actual=str(dim),
+                hint="write this model's dynamic_shapes by hand (torch.export.Dim), or make the dim a symbol",
+            )
+        )
+    out = dim_of(root)
+    if scale != 1:
+        out = scale * out
+    return out + offset if offset else out
+
+
+def not_scriptable(model: GraphModule) -> HndlError:
+    """The error ``torch.jit.script`` gets: the checked call is Python that TorchScript cannot compile."""
+    return HndlError(
+        Problem(
+            "E_RUNTIME",
+            f"graph '{model.graph.name}' cannot be compiled by torch.jit.script: its checked call is generated "
+            "Python (variable inputs, signature cache) that TorchScript does not support",
+            expected="torch.export, torch.compile or torch.jit.trace",
+            actual="torch.jit.script",
+            hint="use torch.export.export(model, model.example_inputs(), dynamic_shapes=model.dynamic_shapes()) "
+            "(or torch.jit.trace, which records one input shape)",
+        )
+    )

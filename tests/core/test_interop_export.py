@@ -1,0 +1,138 @@
+"""torch.export with the graph's symbols as dynamic dims, example inputs from the contracts, and TorchScript."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import hndl
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+MODELS = ["mlp", "conv_stack", "transformer_block"]
+
+
+def example(name: str) -> hndl.GraphModule:
+    torch.manual_seed(0)
+    return hndl.build(hndl.load(EXAMPLES / f"{name}.yaml")).eval()
+
+
+def graph(inputs: dict[str, tuple], node_input: str = "x") -> hndl.GraphModule:
+    g = hndl.Graph("g")
+    handles = {name: g.input(name, shape) for name, shape in inputs.items()}
+    g.output(g.add("relu", handles[node_input], name="act"))
+    return hndl.build(g)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_exported_program_runs_at_other_batch_sizes(name):
+    model = example(name)
+    program = torch.export.export(model, model.example_inputs(), dynamic_shapes=model.dynamic_shapes())
+    for batch in (3, 6):
+        inputs = model.example_inputs(B=batch)
+        assert torch.allclose(program.module()(*inputs), model(*inputs), atol=1e-6)
+
+
+def test_transformer_export_keeps_the_sequence_dim_dynamic_too():
+    model = example("transformer_block")
+    program = torch.export.export(model, model.example_inputs(B=2, T=5), dynamic_shapes=model.dynamic_shapes())
+    inputs = model.example_inputs(B=3, T=11)
+    assert torch.allclose(program.module()(*inputs), model(*inputs), atol=1e-6)
+
+
+def test_exporting_does_not_validate_and_the_model_still_checks_afterwards():
+    model = example("mlp")
+    torch.export.export(model, model.example_inputs(), dynamic_shapes=model.dynamic_shapes())
+    assert model.validations == 0
+    with pytest.raises(hndl.HndlError) as err:
+        model(torch.randn(2, 783))
+    assert err.value.problems[0].code == "E_INPUT"
+
+
+def test_example_inputs_satisfy_the_contracts_and_default_distinct_sizes():
+    model = graph({"x": ("B", "T", 4), "mask": ("B", "T")})
+    x, mask = model.example_inputs()
+    assert x.shape == (2, 3, 4)
+    assert mask.shape == (2, 3)
+    assert model.example_inputs(T=7)[0].shape == (2, 7, 4)
+    assert torch.equal(model.example_inputs()[0], model.example_inputs()[0])  # seeded: the same every time
+
+
+def test_one_symbol_in_two_inputs_is_one_dim():
+    model = graph({"x": ("B", 4), "y": ("B", "K")})
+    ((x_spec, y_spec),) = model.dynamic_shapes()
+    assert x_spec[0] is y_spec[0]
+    assert x_spec[0].__name__ == "B"
+    assert 1 not in x_spec
+    assert y_spec[1].__name__ == "K"
+
+
+def test_variadic_and_derived_dims():
+    model = graph({"x": ("*batch", "2*T+1")})
+    x = model.example_inputs(batch=(4, 5), T=3)[0]
+    assert x.shape == (4, 5, 7)
+    ((spec,),) = model.dynamic_shapes(batch=(4, 5))
+    assert [spec[0].__name__, spec[1].__name__] == ["batch_0", "batch_1"]
+    program = torch.export.export(model, (x,), dynamic_shapes=model.dynamic_shapes(batch=(4, 5)))
+    y = torch.randn(2, 3, 9)
+    assert torch.equal(program.module()(y), torch.relu(y))
+
+
+def test_int_inputs_are_zeros_of_the_contract_dtype():
+    g = hndl.Graph("lm")
+    ids = g.input("ids", ("B", "T"), dtype="int64")
+    g.output(g.add("embedding", ids, name="emb", num_embeddings=10, embedding_dim=4))
+    model = hndl.build(g)
+    (ids_value,) = model.example_inputs(B=3)
+    assert ids_value.dtype == torch.int64
+    assert not ids_value.any()
+    assert model(ids_value).shape == (3, 2, 4)
+
+
+def test_an_unknown_symbol_is_e_input_with_a_suggestion():
+    model = example("transformer_block")
+    with pytest.raises(hndl.HndlError) as err:
+        model.example_inputs(BB=4)
+    problem = err.value.problems[0]
+    assert problem.code == "E_INPUT"
+    assert "no input symbol 'BB'" in problem.message
+    assert problem.hint == "did you mean 'B'?"
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, "4", True])
+def test_a_size_that_is_not_an_int_is_e_input(value):
+    with pytest.raises(hndl.HndlError, match="must be a size"):
+        example("mlp").example_inputs(B=value)
+
+
+def test_a_product_of_symbols_has_no_export_dim_and_says_what_to_do():
+    model = graph({"x": ("B", "C*H")})
+    with pytest.raises(hndl.HndlError) as err:
+        model.dynamic_shapes()
+    problem = err.value.problems[0]
+    assert problem.code == "E_INPUT"
+    assert problem.node == "x"
+    assert "C*H" in problem.message
+    assert "by hand" in (problem.hint or "")
+
+
+def test_jit_script_says_what_to_use_instead():
+    with pytest.raises(hndl.HndlError) as err:
+        torch.jit.script(example("mlp"))
+    problem = err.value.problems[0]
+    assert "torch.jit.script" in problem.message
+    assert "torch.export.export" in (problem.hint or "")
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore:.*torch.jit.trace:DeprecationWarning")
+def test_jit_trace_records_the_model_and_runs_at_another_batch_size():
+    model = example("mlp")
+    traced = torch.jit.trace(model, model.example_inputs())
+    (x,) = model.example_inputs(B=5)
+    assert torch.equal(traced(x), model(x))
+
+
+def test_defaults_skip_the_sizes_given_so_no_two_dims_share_one():
+    model = graph({"x": ("B", "T", 4)})
+    assert model.example_inputs(B=2)[0].shape == (2, 3, 4)
