@@ -37,6 +37,7 @@ __all__ = ["GraphModule", "SIGNATURE_CACHE_SIZE"]
 SIGNATURE_CACHE_SIZE = 64
 
 _is_compiling = torch.compiler.is_compiling
+_tracing_state = torch._C._get_tracing_state
 
 # Attributes rebuilt for every instance (after deepcopy, copy or unpickling) rather than copied.
 _RUNTIME_KEYS = ("_signatures", "_lock", "_runtime", "_owned", VERSION_ATTR, "_signatures_version", "_symbolic")
@@ -299,9 +300,15 @@ class GraphModule(nn.Module):
         Raises:
             HndlError: E_INPUT, E_RUNTIME (registered state, or a layer failed) or E_CONTRACT.
         """
+        plan = self._plan
+        if _tracing_state() is not None:
+            # torch.jit.trace records whatever runs and then checks that a second run records the same graph: the
+            # inputs are checked, the plain layer calls run, and nothing is remembered, so every traced run of a
+            # new signature takes this same path. (Costs nothing on the fast path, which never gets here.)
+            check_inputs(plan.checked, inputs)
+            return self._runtime.unchecked(self, *inputs)
         with self._lock:
             self.validations += 1
-        plan = self._plan
         env = check_inputs(plan.checked, inputs)
         check_state(self._build_state, self, plan.locations)
         leaves = self._leaves()

@@ -14,6 +14,7 @@ shape is only declared), an output whose shape or some dim inference could not d
 
 from __future__ import annotations
 
+import builtins
 import threading
 import types
 from collections.abc import Callable, Sequence
@@ -96,7 +97,9 @@ class SymbolicCheck:
         if source is not None:
             code = compile(source, f"<hndl input check: {plan.checked.graph.name}>", "exec")
             function = next(c for c in code.co_consts if isinstance(c, types.CodeType))
-            self.inputs_ok: Callable[[Sequence[Any]], bool] = types.FunctionType(function, {}, "inputs_ok")
+            self.inputs_ok: Callable[[Sequence[Any]], bool] = types.FunctionType(
+                function, {"__builtins__": builtins}, "inputs_ok"
+            )
         else:
             checked = plan.checked
 
