@@ -358,3 +358,14 @@ def test_tracebacks_name_hndl_dot_hndlerror() -> None:
     )
     assert "\nhndl.HndlError: " in result.stderr
     assert "_errors" not in result.stderr.splitlines()[-1]
+
+
+def test_pre_commit_hook_runs_hndl_check() -> None:
+    import yaml
+
+    hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    assert [(h["id"], h["entry"]) for h in hooks] == [("hndl-check", "hndl check")]
+    import re
+
+    assert re.search(hooks[0]["files"], "models/mlp.yaml")
+    assert not re.search(hooks[0]["files"], "train.py")
