@@ -16,18 +16,23 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+from pathlib import Path
 
 import nox
 
 nox.options.sessions = ["tests", "lint", "docs"]
-nox.options.reuse_existing_virtualenvs = False
+# Locally a session keeps its venv and installs again only what changed (see _install_once): an unchanged tree
+# reruns in seconds instead of rebuilding five venvs. `nox -R` also skips the install step entirely. CI starts
+# from a clean clone and passes --no-reuse-existing-virtualenvs, so every install set is installed fresh there.
+nox.options.reuse_existing_virtualenvs = True
 
 CORE = "packages/hndl-core"
 FUNC = "packages/hndl-func"
 DOCS = "packages/hndl-docs"
 # jsonschema: tests/core/test_spec_schema.py holds the published schema to the loader; without it the test skips.
-TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "jsonschema>=4.18"]
+TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "jsonschema>=4.18", "graphviz>=0.20"]
 # Every session installs torch through this constraints file: hndl-core accepts a torch range, and without the
 # pin pip would pick the newest release in it (a multi-GB CUDA build). tests_torch214 (below) uses its own.
 TORCH_213 = ["-c", os.path.join("constraints", "torch-2.13.txt")]
@@ -40,11 +45,46 @@ INSTALL_SETS = {
 }
 
 
+def _digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for path in sorted(paths):
+        h.update(str(path).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _install_once(session: nox.Session, *args: str) -> None:
+    """``session.install(*args)``, skipped when this venv already holds exactly that install.
+
+    The stamp in the venv is keyed on the arguments, the packages' pyproject.toml files and the constraints
+    (what decides the dependencies) and, for regular (non-editable) installs of the local packages, their
+    sources (an editable install follows the sources by itself). When only those sources changed, the local
+    packages alone are reinstalled, without their dependencies.
+    """
+    local = [a for a in args if a.startswith("packages/")]
+    editable = {args[i + 1] for i, a in enumerate(args[:-1]) if a == "-e"}
+    regular = [a.split("[")[0] for a in local if a not in editable]
+    deps_key = _digest([*Path("packages").glob("*/pyproject.toml"), *Path("constraints").glob("*.txt")])
+    deps_key = hashlib.sha256((repr(args) + deps_key).encode()).hexdigest()
+    src_key = _digest([p for pkg in regular for p in Path(pkg, "src").rglob("*.py")])
+    venv = getattr(session.virtualenv, "location", None)
+    stamp = Path(venv, ".hndl-install") if venv else None
+    previous = stamp.read_text().split() if stamp is not None and stamp.exists() else []
+    if previous[:1] == [deps_key] and previous[1:] == [src_key]:
+        session.log("dependencies and sources unchanged: reusing the installed packages")
+        return
+    if previous[:1] == [deps_key] and regular:
+        session.install("--no-deps", "--force-reinstall", *TORCH_213, *regular)
+    else:
+        session.install(*args)
+    if stamp is not None:
+        stamp.write_text(f"{deps_key} {src_key}")
+
+
 def _install(session: nox.Session, packages: list[str], editable: bool) -> None:
     args: list[str] = []
     for package in packages:
         args += ["-e", package] if editable else [package]
-    session.install(*TORCH_213, *args, *TEST_DEPS)
+    _install_once(session, *TORCH_213, *args, *TEST_DEPS)
 
 
 @nox.session
@@ -60,12 +100,11 @@ def tests(session: nox.Session, install_set: str) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check over the whole repo, then mypy over the packages' sources."""
-    session.install("ruff>=0.5")
+    _install_once(session, *TORCH_213, "-e", CORE, "-e", FUNC, "-e", DOCS, "mypy>=1.10", "ruff>=0.5")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     # The packages are installed so mypy sees torch's (and the other dependencies') types; the hndl sources
     # come from mypy_path. Run from the repo root so pyproject.toml's [tool.mypy] applies.
-    session.install(*TORCH_213, "-e", CORE, "-e", FUNC, "-e", DOCS, "mypy>=1.10")
     session.run("mypy", *TYPED_SOURCES)
 
 
@@ -73,7 +112,7 @@ def lint(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Reference docs are current, and the Sphinx site builds with warnings as errors."""
     # All three packages: the reference documents exactly what is installed (E_PARAMS needs hndl-func).
-    session.install(*TORCH_213, CORE, FUNC, f"{DOCS}[site]")
+    _install_once(session, *TORCH_213, CORE, FUNC, f"{DOCS}[site]")
     session.run("python", "-m", "hndl.docs", "--check")
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", os.path.join("docs", "_build", "html"))
 

@@ -149,7 +149,8 @@ def test_check_and_allow_imports(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert (code, out) == (0, f"{spec}: OK (1 node)\n")
     code, out, _ = run(capsys, "summary", "--allow-imports", spec)
     assert code == 0
-    assert "act   module  [B, 4]       [B, 4]" in out
+    assert "act   module (Tanh)  x           [B, 4]             0     ?" in out
+    assert "MACs:        0 (without act)" in out
 
 
 def test_check_finds_what_only_the_layer_constructor_rejects(
@@ -162,6 +163,8 @@ def test_check_finds_what_only_the_layer_constructor_rejects(
         "nodes:\n  act: {op: module, in: x, target: 'torch.nn:Tanh', kwargs: {nonsense: 1}}\noutputs: [act]\n"
     )
     code, out, _ = run(capsys, "check", "--allow-imports", spec)
+    assert (code, out) == (0, f"{spec}: OK (1 node)\n")  # without --build, no layer is made
+    code, out, _ = run(capsys, "check", "--allow-imports", "--build", spec)
     assert code == 1
     assert out.startswith(f"{spec}:4:3: E_PARAM module 'act': building the layer failed: TypeError:")
 
@@ -171,21 +174,25 @@ def test_check_finds_what_only_the_layer_constructor_rejects(
 
 def test_summary_of_the_mlp(capsys: pytest.CaptureFixture[str]) -> None:
     path = EXAMPLES / "mlp.yaml"
-    code, out, err = run(capsys, "summary", path)
+    code, out, err = run(capsys, "summary", path, "--dims", "B=8")
     assert (code, err) == (0, "")
     assert out.splitlines() == [
         f"mlp ({path})",
-        "inputs:  x [B, 784]",
-        "outputs: out [B, 10]",
+        "inputs:  x [8, 784]",
+        "outputs: out [8, 10]",
         "",
-        "node    op       input shape  output shape   params",
-        "------  -------  -----------  ------------  -------",
-        "hidden  linear   [B, 784]     [B, 512]      401,920",
-        "act     relu     [B, 512]     [B, 512]            0",
-        "drop    dropout  [B, 512]     [B, 512]            0",
-        "out     linear   [B, 512]     [B, 10]         5,130",
-        "------  -------  -----------  ------------  -------",
-        "4 nodes, 407,050 parameters",
+        "node    op (layer)         input from  output shape   params     MACs",
+        "------  -----------------  ----------  ------------  -------  -------",
+        "hidden  linear (Linear)    x           [8, 512]      401,920   3.21 M",
+        "act     relu (ReLU)        hidden      [8, 512]            0        0",
+        "drop    dropout (Dropout)  act         [8, 512]            0        0",
+        "out     linear (Linear)    drop        [8, 10]         5,130  40.96 k",
+        "------  -----------------  ----------  ------------  -------  -------",
+        "params:      407,050 (trainable 407,050, non-trainable 0)",
+        "buffers:     0 elements",
+        "size:        1.63 MB of parameters and buffers",
+        "MACs:        3,252,224 (3.25 M)",
+        "activations: 49,472 B (49.47 kB) (every node's outputs, one forward)",
     ]
 
 
@@ -196,32 +203,60 @@ def test_summary_counts_match_the_built_model(capsys: pytest.CaptureFixture[str]
     model = hndl.build(hndl.load(path))
     total = sum(p.numel() for p in model.parameters())
     lines = out.splitlines()
-    assert lines[-1] == f"33 nodes, {total:,} parameters"
-    rows = {line.split()[0]: line for line in lines[6:-2]}
-    assert list(rows)[:3] == ["blocks.0.ln1", "blocks.0.attn", "blocks.0.res1"]
-    assert "blocks.3.res2" in rows
-    attn = sum(p.numel() for p in model.nodes["n_blocks"][2]["n_attn"].parameters())
-    assert rows["blocks.2.attn"].split() == [
-        "blocks.2.attn",
-        "attention",
-        "[B,",
-        "T,",
-        "128]",
-        "[B,",
-        "T,",
-        "128]",
-        f"{attn:,}",
+    assert f"params:      {total:,} (trainable {total:,}, non-trainable 0)" in lines
+    names = [line.split()[0] for line in lines[6:] if line.startswith("  blocks.")]
+    assert names[:3] == ["blocks.0.ln1", "blocks.0.attn", "blocks.0.res1"]
+    assert "blocks.3.res2" in names
+    # Symbolic until dims are given, and the table fits a 100-column terminal.
+    assert "MACs:        786432*B*T+1024*B*T*T" in lines
+    assert all(len(line) <= 100 for line in lines)
+
+
+def test_summary_depth_1_collapses_subgraphs_with_subtotals(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "summary", EXAMPLES / "transformer_block.yaml", "--depth", "1", "--dims", "B=8,T=64")
+    assert code == 0
+    rows = [line for line in out.splitlines() if line.startswith(("blocks", "norm"))]
+    assert rows == [
+        "blocks  graph (block x4)       x           [8, 64, 128]  793,088  436.21 M",
+        "norm    layernorm (LayerNorm)  blocks      [8, 64, 128]      256         0",
     ]
-    assert rows["blocks.0.res1"].split()[2:] == ["[B,", "T,", "128],", "[B,", "T,", "128]", "[B,", "T,", "128]", "0"]
-    # Every row is as wide as the table: nothing is cut off or wrapped.
-    rule = lines[5]
-    assert all(len(line) <= len(rule) for line in lines[4:-1])
+
+
+def test_summary_reads_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Regression: `hndl summary -` said the file '-' does not exist.
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO((EXAMPLES / "mlp.yaml").read_text()))
+    code, out, _ = run(capsys, "summary", "-")
+    assert code == 0
+    assert out.splitlines()[0] == "mlp (-)"
+
+
+def test_summary_refuses_a_dim_the_graph_does_not_have(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "summary", EXAMPLES / "mlp.yaml", "--dims", "T=8")
+    assert code == 1
+    assert out.splitlines()[:4] == [
+        f"{EXAMPLES / 'mlp.yaml'}: E_INPUT: the graph's inputs have no dim 'T'",
+        "    expected: B",
+        "    actual:   T",
+        "    hint:     its dims: B",
+    ]
+
+
+def test_zoo_names_a_model_only_when_the_zoo_is_installed(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "check", "zoo:resnet18")
+    if hasattr(hndl, "zoo"):
+        assert code == 0
+        assert out.startswith("zoo:resnet18: OK")
+    else:
+        assert code == 1
+        assert "E_SPEC: no model zoo in this install, so 'zoo:resnet18' names nothing" in out
 
 
 def test_summary_is_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = run(capsys, "summary", EXAMPLES / "conv_stack.yaml")
     assert "\x1b" not in out
-    assert "fc      linear       [B, 4096]" in out
+    assert "fc      linear (Linear)" in out
 
 
 def test_summary_of_a_broken_file(capsys: pytest.CaptureFixture[str]) -> None:
@@ -273,6 +308,25 @@ def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]
 # --- as a program ------------------------------------------------------------------------------------------
 
 
+def test_check_does_not_import_torch() -> None:
+    # hndl check runs on every save: it must not pay for importing torch (about a second).
+    code = (
+        "import sys; from hndl.cli import main; rc = main(['check', 'examples/mlp.yaml', 'examples']); "
+        "assert 'torch' not in sys.modules, 'torch was imported'; print(rc)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.stderr == ""
+    assert result.stdout.splitlines()[0] == "examples/mlp.yaml: OK (4 nodes)"
+    assert result.stdout.splitlines()[-1] == "1"  # examples/ holds broken.yaml
+
+
+def test_check_reads_every_spec_in_a_folder(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "check", EXAMPLES)
+    assert code == 1
+    checked = [line.split(":")[0] for line in out.splitlines() if line.endswith("nodes)")]
+    assert checked == [str(p) for p in GOOD]
+
+
 def test_installed_script(tmp_path: Path) -> None:
     script = Path(sysconfig.get_path("scripts")) / "hndl"
     assert script.exists(), f"the hndl console script is not installed at {script}"
@@ -295,3 +349,23 @@ def test_python_dash_m_hndl() -> None:
         [sys.executable, "-m", "hndl", "--version"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert (result.returncode, result.stdout) == (0, f"hndl {hndl.__version__}\n")
+
+
+def test_tracebacks_name_hndl_dot_hndlerror() -> None:
+    # Regression: tracebacks said hndl._errors.HndlError where the docs say hndl.HndlError.
+    result = subprocess.run(
+        [sys.executable, "-c", "import hndl; hndl.loads('hndl: 2')"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert "\nhndl.HndlError: " in result.stderr
+    assert "_errors" not in result.stderr.splitlines()[-1]
+
+
+def test_pre_commit_hook_runs_hndl_check() -> None:
+    import yaml
+
+    hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    assert [(h["id"], h["entry"]) for h in hooks] == [("hndl-check", "hndl check")]
+    import re
+
+    assert re.search(hooks[0]["files"], "models/mlp.yaml")
+    assert not re.search(hooks[0]["files"], "train.py")

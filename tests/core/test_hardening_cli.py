@@ -95,7 +95,7 @@ def test_check_escapes_a_layer_error_with_escape_codes(
     hostile_layers: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     spec = module_spec(hostile_layers, "hostile_layers:Loud")
-    code, out = run(capsys, "check", "--allow-imports", spec)
+    code, out = run(capsys, "check", "--build", "--allow-imports", spec)
     assert code == 1
     assert_harmless(out)
     assert out.splitlines()[0] == (
@@ -106,8 +106,8 @@ def test_check_escapes_a_layer_error_with_escape_codes(
 def test_check_never_falls_back_to_a_real_build(hostile_layers: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # A layer that fails on the meta device used to be built for real: 8 GB for a large one.
     spec = module_spec(hostile_layers, "hostile_layers:NotOnMeta")
-    for command in ("check", "summary"):
-        code, out = run(capsys, command, "--allow-imports", spec)
+    for command in (["check", "--build"], ["summary"]):
+        code, out = run(capsys, *command, "--allow-imports", spec)
         assert code == 1
         assert out.splitlines()[:2] == [
             f"{spec}:3:9: E_PARAM module 'n': building the layer failed: RuntimeError: this layer needs real memory",
@@ -126,7 +126,7 @@ def test_check_reports_a_meta_build_failure_that_is_not_an_hndl_error(
     monkeypatch.setattr(hndl, "build", broken_build)
     spec = tmp_path / "m.yaml"
     spec.write_text(GOOD)
-    code, out = run(capsys, "check", spec)
+    code, out = run(capsys, "check", "--build", spec)
     assert code == 1
     assert_harmless(out)
     assert out.splitlines()[0] == (

@@ -273,8 +273,9 @@ def test_each_example_spec_has_a_diagram(generated):
     examples = sorted((ROOT / "examples").glob("*.yaml"))
     for path in examples:
         assert f"## `examples/{path.name}`" in page
-    assert page.count("```mermaid\nflowchart TD\n") >= len(examples)
-    assert '    i_x(["x<br/>[B, 784] float"])' in page  # the mlp's input, with its contract
+    assert page.count("```{graphviz}\ndigraph hndl {\n") == len(examples)  # one picture per example
+    assert '  i1 [label="x\\n[B, 784] float", shape=box, style=rounded];' in page  # the mlp's input
+    assert 'label="blocks: graph block x4"' in page  # subgraphs are clusters
     assert "This graph does not check" in page  # broken.yaml shows its errors
 
 

@@ -43,6 +43,8 @@ from ._spec_dumper import flow_yaml as flow_yaml
 from ._spec_loader import load as load
 from ._spec_loader import loads as loads
 from ._spec_schema import spec_schema as spec_schema
+from ._summary import Summary as Summary
+from ._summary import SummaryRow as SummaryRow
 
 if TYPE_CHECKING:
     from .torch import GraphModule
@@ -68,9 +70,12 @@ __all__ = [
     "Problem",
     "ShapePattern",
     "Step",
+    "Summary",
+    "SummaryRow",
     "TensorType",
     "build",
     "check",
+    "draw",
     "dumps",
     "flow_yaml",
     "load",
@@ -81,6 +86,7 @@ __all__ = [
     "save",
     "spec_schema",
     "split_ref",
+    "summary",
 ]
 
 
@@ -116,6 +122,46 @@ def load_model(path: str | os.PathLike[str]) -> GraphModule:
     from .torch._safetensors import load_model as load_file
 
     return load_file(path)
+
+
+def summary(source: Graph | GraphModule, *, depth: int | None = None, **dims: int) -> Summary:
+    """The :class:`Summary` of a graph or a built model: one row per node (qualified name, op and layer class,
+    the nodes feeding it, output shape, parameters, multiply-adds) and totals (trainable and non-trainable
+    parameters, buffers, size in MB, multiply-adds, activation memory). Prints as the table.
+
+    A graph is checked and built on PyTorch's meta device (nothing allocated); a built model is summarised as
+    it is (a frozen parameter counts as non-trainable). ``dims`` bind the inputs' symbols (``B=8``); without
+    them, multiply-adds and activation memory are expressions. ``depth=1`` shows each subgraph node as one row
+    with its subtotals.
+
+    Raises:
+        HndlError: E_INPUT for a dim the inputs do not have; whatever checking or building the graph raises.
+    """
+    from ._summary import summary as make_summary
+
+    return make_summary(source, depth=depth, **dims)
+
+
+def draw(
+    source: Graph | GraphModule,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    format: str | None = None,
+    depth: int | None = None,
+    **dims: int,
+) -> str | bytes:
+    """A picture of a graph or a built model: one box per node (op and output shape), the wires, subgraph
+    nodes as clusters (one box below ``depth``). ``path``'s suffix picks the format: ``.svg``/``.png``
+    (Graphviz: the ``graphviz`` package and its ``dot`` program), ``.dot``/``.gv`` or ``.mmd`` (text, no
+    Graphviz); without a path, ``format`` does (``"dot"`` by default). Writes ``path`` when given; returns the
+    text or the image's bytes. ``dims`` fill in the shapes.
+
+    Raises:
+        HndlError: E_INPUT for an unknown format; E_RUNTIME for SVG/PNG without Graphviz (says how to install it).
+    """
+    from ._draw import draw as make_drawing
+
+    return make_drawing(source, path, format=format, depth=depth, **dims)
 
 
 def __getattr__(name: str) -> Any:

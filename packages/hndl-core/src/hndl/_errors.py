@@ -138,6 +138,9 @@ class HndlError(Exception):
         problems: every problem found, in the order found. A static check reports all of them at once.
     """
 
+    # Tracebacks and reprs name the class where users import it from: hndl.HndlError, as the docs write it.
+    __module__ = "hndl"
+
     def __init__(self, problems: Problem | Sequence[Problem], *, title: str | None = None) -> None:
         if isinstance(problems, Problem):
             problems = [problems]

@@ -1,12 +1,15 @@
-"""The ``hndl`` command: check spec files, and summarise the model one describes.
+"""The ``hndl`` command: check spec files, summarise and draw the models they describe.
 
 ::
 
-    hndl check FILE...     every problem in every file, as file:line:col: CODE op 'node': message
-    hndl summary FILE      one row per leaf node: op, inferred shapes, parameter count; then totals
+    hndl check FILE|DIR...            every problem in every file, as file:line:col: CODE op 'node': message
+    hndl summary FILE [--dims B=8]    one row per node: op and layer, inputs, shapes, parameters, MACs; totals
+    hndl draw FILE -o OUT             a picture: .svg or .png (Graphviz), .dot or .mmd (text)
 
-Also runnable as ``python -m hndl``. Exit status: 0 when everything checked out, 1 when a file has problems
-(or cannot be read), 2 for a usage error. Output is plain text, the same on a terminal and in a pipe.
+FILE may be ``-`` (the spec on stdin) or ``zoo:NAME`` (a model of ``hndl.zoo``, when installed). ``check`` never
+imports torch unless asked to build the layers (``--build``), so it answers at once. Also runnable as
+``python -m hndl``. Exit status: 0 when everything checked out, 1 when a file has problems (or cannot be read),
+2 for a usage error. Output is plain text, the same on a terminal and in a pipe (no colour).
 
 Everything printed passes through :func:`_say` (and problems through :func:`_render`), which escape control
 characters: names, values and file names come from spec files that may be hostile, and an escape code or a line
@@ -19,20 +22,21 @@ import argparse
 import dataclasses
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from . import __version__
-from ._check import CheckedGraph, check
-from ._contracts import format_shape
+from ._check import check
 from ._errors import HndlError, Problem
 from ._graph import Graph
 from ._param_types import excerpt, printable
 from ._plan import lower
-from ._spec_loader import load
+from ._spec_loader import load, loads
 
 __all__ = ["main", "parser"]
+
+SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,8 +52,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = sys.stdout
     try:
         if args.command == "check":
-            return _check_files(args.files, allow_imports=args.allow_imports, out=out)
-        return _summary(args.file, allow_imports=args.allow_imports, out=out)
+            return _check_files(args.files, allow_imports=args.allow_imports, build=args.build, out=out)
+        if args.command == "summary":
+            return _summary(args, out=out)
+        return _draw(args, out=out)
     except BrokenPipeError:
         # `hndl summary big.yaml | head`: the reader left; say nothing more, and keep Python from
         # complaining about the closed pipe while it shuts down.
@@ -61,39 +67,82 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def _dims(text: str) -> dict[str, int]:
+    """``B=8,H=224`` -> ``{"B": 8, "H": 224}`` (argparse reports the ValueError as a usage error)."""
+    dims: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"{item!r} is not NAME=SIZE (e.g. B=8)")
+        dims[name.strip()] = int(value)
+    return dims
+
+
+def _depth(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a depth (1, 2, ...)")
+    return int(text)
+
+
 def parser() -> argparse.ArgumentParser:
     """A new argument parser of the ``hndl`` command: what :func:`main` parses with, and what the reference
     docs show as the command's usage (``python -m hndl.docs``)."""
     top = argparse.ArgumentParser(
         prog="hndl",
-        description="Check hndl spec files and summarise the models they describe.",
-        epilog="Exit status: 0 all good, 1 problems found, 2 usage error.",
+        description="Check hndl spec files, and summarise and draw the models they describe.",
+        epilog="FILE may be '-' (stdin) or zoo:NAME. Exit status: 0 all good, 1 problems found, 2 usage error.",
     )
     top.add_argument("--version", action="version", version=f"hndl {__version__}")
     commands = top.add_subparsers(dest="command", metavar="COMMAND")
     imports_help = "let op 'module' import the Python classes it names (only for files you trust)"
+    file_help = "a spec file, '-' for stdin, or zoo:NAME"
+    dims_help = "sizes of the inputs' symbols, e.g. B=8,H=224,W=224 (without them counts stay symbolic)"
+    depth_help = "show subgraph nodes below this depth as one row with subtotals (1: only the top graph's nodes)"
 
     check_cmd = commands.add_parser(
         "check",
         help="check spec files and list every problem",
-        description="Load and check each spec file: structure, ops, parameters, references, shapes and dtypes. "
-        "Prints 'FILE: OK (N nodes)' per good file, and every problem as file:line:col: CODE op 'node': message.",
+        description="Load and check each spec file (a folder: every .yaml, .yml and .json file in it): structure, "
+        "ops, parameters, references, shapes and dtypes. Prints 'FILE: OK (N nodes)' per good file, and every "
+        "problem as file:line:col: CODE op 'node': message. Does not import torch unless --build is given.",
     )
-    check_cmd.add_argument("files", nargs="+", metavar="FILE", help="spec files (.yaml, .yml or .json)")
+    check_cmd.add_argument("files", nargs="+", metavar="FILE", help="spec files or folders, '-' or zoo:NAME")
     check_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
+    check_cmd.add_argument(
+        "--build",
+        action="store_true",
+        help="also build the layers on PyTorch's meta device (allocates nothing), to find what only a layer's "
+        "constructor rejects; imports torch",
+    )
 
     summary_cmd = commands.add_parser(
         "summary",
-        help="a table of the model's nodes, shapes and parameter counts",
-        description="Check a spec file, build its model, and print one row per leaf node (qualified name, op, "
-        "inferred input and output shapes, parameter count) with totals.",
+        help="a table of the model's nodes, shapes, parameters and multiply-adds",
+        description="Check a spec file, build its model on PyTorch's meta device, and print one row per node "
+        "(qualified name, op and layer class, the nodes feeding it, output shape, parameters, multiply-adds) and "
+        "totals (trainable and non-trainable parameters, buffers, size in MB, multiply-adds, activation memory).",
     )
-    summary_cmd.add_argument("file", metavar="FILE", help="a spec file")
+    summary_cmd.add_argument("file", metavar="FILE", help=file_help)
+    summary_cmd.add_argument("--dims", type=_dims, default={}, metavar="B=8,...", help=dims_help)
+    summary_cmd.add_argument("--depth", type=_depth, default=None, metavar="N", help=depth_help)
     summary_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
+
+    draw_cmd = commands.add_parser(
+        "draw",
+        help="draw the graph as SVG, PNG, DOT or Mermaid",
+        description="Check a spec file and draw its graph: one box per node (op and output shape), the wires, "
+        "subgraph nodes as clusters. The output's suffix picks the format: .svg and .png need Graphviz (the "
+        "graphviz Python package and the dot program); .dot/.gv and .mmd are text and need nothing.",
+    )
+    draw_cmd.add_argument("file", metavar="FILE", help=file_help)
+    draw_cmd.add_argument("-o", "--output", required=True, metavar="OUT", help="model.svg, .png, .dot, .gv or .mmd")
+    draw_cmd.add_argument("--dims", type=_dims, default={}, metavar="B=8,...", help=dims_help)
+    draw_cmd.add_argument("--depth", type=_depth, default=None, metavar="N", help=depth_help)
+    draw_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
     return top
 
 
-# --- loading, checking, building ---------------------------------------------------------------------------
+# --- loading ------------------------------------------------------------------------------------------------
 
 
 class _Failed(Exception):
@@ -104,47 +153,58 @@ class _Failed(Exception):
         self.problems = problems
 
 
-def _prepare(file: str, *, allow_imports: bool) -> tuple[Graph, CheckedGraph, Any]:
-    """Load, check and build ``file``; raises :class:`_Failed` with every problem found."""
+def _load(file: str, *, allow_imports: bool) -> Graph:
+    """The graph ``file`` names: a path, ``-`` (stdin) or ``zoo:NAME``. Raises :class:`_Failed`."""
     try:
+        if file == "-":
+            return loads(sys.stdin.read(), allow_imports=allow_imports)
+        if file.startswith("zoo:"):
+            return _zoo(file[len("zoo:") :])
         # A Path, so that a name without a .yaml suffix is never mistaken for spec text.
-        graph = load(Path(file), allow_imports=allow_imports)
-        checked = check(graph)
-        model = _build(graph)
+        return load(Path(file), allow_imports=allow_imports)
     except HndlError as exc:
         raise _Failed(exc.problems) from None
-    return graph, checked, model
 
 
-_META_HINT = "hndl builds the model on PyTorch's meta device, which allocates no memory; the layer failed there"
-
-
-def _build(graph: Graph) -> Any:
-    """Build the model to find what only the layers' constructors reject, and to count parameters.
-
-    The build runs on PyTorch's ``meta`` device, which allocates no memory, so checking a model with billions
-    of parameters is as quick as checking a small one, and a hostile spec cannot make ``hndl check`` allocate
-    gigabytes. There is no retry with a real build: a layer that fails on ``meta`` is reported as failing there.
-    """
-    import torch
-
-    from . import build
+def _zoo(name: str) -> Graph:
+    """``hndl.zoo.get(name)``; the zoo is looked up at run time, since an install may not have it."""
+    import importlib
 
     try:
-        with torch.device("meta"):
-            return build(graph)
+        zoo = importlib.import_module(f"{__package__}.zoo")
+    except ModuleNotFoundError:
+        raise HndlError(Problem("E_SPEC", f"no model zoo in this install, so 'zoo:{name}' names nothing")) from None
+    graph: Graph = zoo.get(name)
+    return graph
+
+
+def _files(args: Sequence[str]) -> Iterator[str]:
+    """The files to check: each argument, a folder replaced by the spec files under it (sorted)."""
+    for arg in args:
+        path = Path(arg)
+        if arg != "-" and not arg.startswith("zoo:") and path.is_dir():
+            yield from sorted(str(p) for p in path.rglob("*") if p.suffix in SPEC_SUFFIXES and p.is_file())
+        else:
+            yield arg
+
+
+def _prepare(file: str, *, allow_imports: bool) -> tuple[Graph, Any]:
+    """Load ``file`` and build its model on the meta device; raises :class:`_Failed` with every problem."""
+    graph = _load(file, allow_imports=allow_imports)
+    from ._summary import build_on_meta
+
+    try:
+        return graph, build_on_meta(graph)
     except HndlError as exc:
-        # The graph checked, so these are the layers' own constructors failing; say where they ran.
-        problems = [p if p.hint else dataclasses.replace(p, hint=_META_HINT) for p in exc.problems]
-        raise HndlError(problems, title=exc.title) from exc
-    except Exception as exc:
-        raise HndlError(
-            Problem(
-                "E_PARAM",
-                f"the model could not be built on PyTorch's meta device: {type(exc).__name__}: {excerpt(str(exc))}",
-                hint="hndl check and hndl summary build on the meta device only, so that they allocate no memory",
-            )
-        ) from exc
+        raise _Failed(exc.problems) from None
+
+
+def _fail(exc: _Failed, file: str, out: IO[str]) -> int:
+    for problem in exc.problems:
+        print(_render(problem, file), file=out)
+    noun = "problem" if len(exc.problems) == 1 else "problems"
+    _say(f"Found {len(exc.problems)} {noun} in 1 file.", out)
+    return 1
 
 
 def _say(text: str, out: IO[str]) -> None:
@@ -191,26 +251,29 @@ def _safe(value: Any) -> Any:
         return "<unprintable value>"
 
 
-def _leaf_count(checked: CheckedGraph) -> int:
-    return len(lower(checked).steps)
-
-
 # --- check -------------------------------------------------------------------------------------------------
 
 
-def _check_files(files: Sequence[str], *, allow_imports: bool, out: IO[str]) -> int:
+def _check_files(files: Sequence[str], *, allow_imports: bool, build: bool, out: IO[str]) -> int:
     problems = 0
     failed_files = 0
-    for file in files:
+    for file in _files(files):
         try:
-            _, checked, _ = _prepare(file, allow_imports=allow_imports)
+            if build:
+                graph, model = _prepare(file, allow_imports=allow_imports)
+                count = len(model.plan.steps)
+            else:
+                graph = _load(file, allow_imports=allow_imports)
+                try:
+                    count = len(lower(check(graph)).steps)
+                except HndlError as exc:
+                    raise _Failed(exc.problems) from None
         except _Failed as exc:
             failed_files += 1
             problems += len(exc.problems)
             for problem in exc.problems:
                 print(_render(problem, file), file=out)
             continue
-        count = _leaf_count(checked)
         _say(f"{file}: OK ({count} node{'' if count == 1 else 's'})", out)
     if problems:
         noun = "problem" if problems == 1 else "problems"
@@ -220,80 +283,41 @@ def _check_files(files: Sequence[str], *, allow_imports: bool, out: IO[str]) -> 
     return 0
 
 
-# --- summary -----------------------------------------------------------------------------------------------
+# --- summary and draw ---------------------------------------------------------------------------------------
 
 
-def _summary(file: str, *, allow_imports: bool, out: IO[str]) -> int:
+def _summary(args: argparse.Namespace, *, out: IO[str]) -> int:
+    from ._summary import summary
+
     try:
-        graph, checked, model = _prepare(file, allow_imports=allow_imports)
+        _, model = _prepare(args.file, allow_imports=args.allow_imports)
+        try:
+            table = summary(model, depth=args.depth, **args.dims)
+        except HndlError as exc:
+            raise _Failed(exc.problems) from None
     except _Failed as exc:
-        for problem in exc.problems:
-            print(_render(problem, file), file=out)
-        noun = "problem" if len(exc.problems) == 1 else "problems"
-        _say(f"Found {len(exc.problems)} {noun} in 1 file.", out)
-        return 1
-    for line in summary_lines(graph, checked, model, file):
+        return _fail(exc, args.file, out)
+    _say(f"{table.name} ({args.file})", out)
+    for line in table.lines()[1:]:
         _say(line, out)
     return 0
 
 
-def summary_lines(graph: Graph, checked: CheckedGraph, model: Any, file: str) -> list[str]:
-    """The text of ``hndl summary``: a header, one row per leaf node, and totals."""
-    rows: list[tuple[str, ...]] = []
-    for step in model.plan.steps:
-        node = step.node
-        module = model.node_module(node.path)
-        count = 0 if module is None else sum(p.numel() for p in module.parameters())
-        # Cells escaped before the columns are sized, so that the escapes count in the widths.
-        cells = (
-            node.qualname,
-            node.op,
-            ", ".join(_shape_text(t.shape) for t in node.in_types),
-            ", ".join(_shape_text(t.shape) for t in node.out_types),
-            f"{count:,}",
-        )
-        rows.append(tuple(printable(cell) for cell in cells))
-    total = sum(p.numel() for p in model.parameters())
-    inputs = ", ".join(f"{name} {_shape_text(t.shape)}" for name, t in zip(checked.input_names, _input_types(checked)))
-    outputs = ", ".join(f"{ref} {_shape_text(t.shape)}" for ref, t in zip(graph.outputs, checked.output_types))
-    lines = [f"{graph.name} ({file})", f"inputs:  {inputs or 'none'}", f"outputs: {outputs or 'none'}", ""]
-    lines = [printable(line) for line in lines]
-    lines += _table(("node", "op", "input shape", "output shape", "params"), rows, right=(4,))
-    noun = "node" if len(rows) == 1 else "nodes"
-    lines.append(f"{len(rows)} {noun}, {total:,} parameters")
-    return lines
+def _draw(args: argparse.Namespace, *, out: IO[str]) -> int:
+    from ._draw import draw
 
-
-def _shape_text(shape: Any) -> str:
-    """A shape as messages print it; one whose dims are too long to print as decimals (a literal product in a
-    shape expression can exceed Python's 4,300 digits) is printed entry by entry, the long ones described."""
     try:
-        return format_shape(shape)
-    except ValueError:
-        return "[" + ", ".join(_dim_text(d) for d in shape) + "]"
-
-
-def _dim_text(dim: Any) -> str:
-    try:
-        return format_shape([dim])[1:-1]
-    except ValueError:
-        return "<a dim too long to print>"
-
-
-def _input_types(checked: CheckedGraph) -> list[Any]:
-    return [checked.types[v] for v in checked.input_ids]
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> list[str]:
-    """Plain-text columns sized to their widest cell: nothing is truncated, whatever the terminal width."""
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(cells, widths))]
-        return "  ".join(parts).rstrip()
-
-    rule = "  ".join("-" * w for w in widths)
-    return [line(header), rule, *(line(r) for r in rows), rule]
+        graph = _load(args.file, allow_imports=args.allow_imports)
+        try:
+            draw(graph, args.output, depth=args.depth, **args.dims)
+        except HndlError as exc:
+            raise _Failed(exc.problems) from None
+        except OSError as exc:
+            raise _Failed([Problem("E_INPUT", f"cannot write {args.output!r}: {exc.strerror or exc}")]) from None
+    except _Failed as exc:
+        return _fail(exc, args.file, out)
+    _say(f"wrote {args.output}", out)
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

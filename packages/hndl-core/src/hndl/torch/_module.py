@@ -398,6 +398,14 @@ class GraphModule(nn.Module):
     def __prepare_scriptable__(self) -> GraphModule:
         raise _export.not_scriptable(self)  # torch.jit.script calls this first: say what to use instead
 
+    # -- summary (hndl/_summary.py) ---------------------------------------------------------------------------
+
+    def summary(self, *, depth: int | None = None, **dims: int) -> Any:
+        """This model's :class:`hndl.Summary` (prints as the table): see :func:`hndl.summary`."""
+        from .._summary import summary
+
+        return summary(self, depth=depth, **dims)
+
 
 class _Missing:
     """Stands in for a node's module that was removed: validation reports it first, so this never runs."""
