@@ -98,6 +98,7 @@ class _Checker:
         self.problems = ProblemList()
         self.library: dict[str, Graph] = dict(root.graphs)
         self.active: list[str] = []  # subgraphs being checked, to catch a graph that uses itself
+        self.producers: dict[str, CheckedNode] = {}  # value id -> the leaf node that makes it
 
     def check_root(self) -> CheckedGraph | None:
         g = self.root
@@ -164,6 +165,7 @@ class _Checker:
                 continue
             for v, t in zip(out_ids, checked.out_types):
                 types[v] = t
+                self.producers[v] = checked
             nodes.append(checked)
         output_ids: list[str] = []
         for i, ref in enumerate(g.outputs):
@@ -265,6 +267,10 @@ class _Checker:
 
         def report(code: str, message: str, *, key: str | None = "in", **fields: Any) -> None:
             fields.setdefault("location", node.where(key))
+            if code == "E_SHAPE" and len(in_ids) > 1:
+                message, cause = self._explain_inputs(message, node, in_ids)
+                if cause:
+                    fields["hint"] = cause
             self.problems.add(code, message, node=qual, op=opdef.name, **fields)
 
         ports = bind_ports(opdef, in_types, params)
@@ -301,6 +307,44 @@ class _Checker:
             report("E_SHAPE", f"inference produced {len(checked.out_types)} outputs, expected {len(out_ids)}")
             return None
         return checked
+
+    def _origin(self, value: str) -> tuple[CheckedNode | None, list[str]]:
+        """The node where ``value``'s shape was last changed, and the shape-keeping nodes passed on the way."""
+        via: list[str] = []
+        node = self.producers.get(value)
+        while node is not None and len(node.inputs) == 1 and node.in_types[0].shape == node.out_types[0].shape:
+            via.append(node.qualname)
+            before = self.producers.get(node.inputs[0])
+            if before is None:
+                return node, via[:-1]
+            node = before
+        return node, via
+
+    def _explain_inputs(self, message: str, node: Node, in_ids: list[str]) -> tuple[str, str | None]:
+        """A shape mismatch between a node's inputs, with where each input's shape comes from and, when one of
+        them was changed by a padded window op without padding, that probable cause."""
+        parts: list[str] = []
+        cause = None
+        passed_through = False
+        for ref, value in zip(node.inputs, in_ids):
+            origin, via = self._origin(value)
+            passed_through = passed_through or bool(via)
+            if origin is None:
+                parts.append(f"'{ref}'")
+                continue
+            through = f" through '{via[-1]}'" if via else ""
+            parts.append(f"{origin.op} '{origin.qualname}'{through}")
+            padding = origin.params.get("padding") if "padding" in origin.params else None
+            kernel = origin.params.get("kernel_size")
+            if cause is None and padding in (0, (0, 0)) and kernel not in (None, 1, (1, 1)):
+                k = kernel if isinstance(kernel, int) else max(kernel)
+                cause = (
+                    f"probable cause: {origin.op} '{origin.qualname}' has no padding, so its kernel of {kernel} "
+                    f"shrinks the size by {k - 1}; padding: {(k - 1) // 2} keeps it"
+                )
+        if not passed_through and cause is None:
+            return message, None  # each input is what the node names: nothing to add
+        return f"{message} (inputs from {' and '.join(parts)})", cause
 
     def _check_subgraph(
         self, node: Node, checked: CheckedNode, ports: BoundPorts, report: Report
