@@ -29,8 +29,10 @@ def test_the_examples_are_the_ones_the_docs_promise() -> None:
     assert [p.name for p in GOOD] == [
         "conv_stack.yaml",
         "encoder_decoder.yaml",
+        "gpt2.yaml",
         "lstm_classifier.yaml",
         "mlp.yaml",
+        "resnet18.yaml",
         "resnet_basic_block.yaml",
         "transformer_block.yaml",
         "unet.yaml",
@@ -48,8 +50,10 @@ def test_check_passes_every_good_example(capsys: pytest.CaptureFixture[str]) -> 
     assert out.splitlines() == [
         f"{EXAMPLES / 'conv_stack.yaml'}: OK (12 nodes)",
         f"{EXAMPLES / 'encoder_decoder.yaml'}: OK (42 nodes)",
+        f"{EXAMPLES / 'gpt2.yaml'}: OK (102 nodes)",
         f"{EXAMPLES / 'lstm_classifier.yaml'}: OK (4 nodes)",
         f"{EXAMPLES / 'mlp.yaml'}: OK (4 nodes)",
+        f"{EXAMPLES / 'resnet18.yaml'}: OK (69 nodes)",
         f"{EXAMPLES / 'resnet_basic_block.yaml'}: OK (7 nodes)",
         f"{EXAMPLES / 'transformer_block.yaml'}: OK (33 nodes)",
         f"{EXAMPLES / 'unet.yaml'}: OK (37 nodes)",

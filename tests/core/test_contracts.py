@@ -136,3 +136,46 @@ def test_a_pattern_made_from_a_shape_matches_it_and_rebuilds_it(shape, split):
     wrong = [*shape, 1] if p.variadic is None else shape[: max(split - 1, 0)]
     if p.variadic is None or split > 0:
         assert p.match(tuple(wrong), {}, strict=True) != ""
+
+
+# --- dims that agree at most at isolated values ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "never"),
+    [
+        ("H-2", "H", True),  # a missing padding: equal for no H
+        ("2*T", "T", True),  # equal only at T = 0
+        ("(H-1)//4+1", "(H-1)//4-1", True),  # a constant apart
+        ("H", "W", False),  # equal whenever H = W
+        ("B*T", "B", False),  # two symbols: equal on a whole line
+        ("(H-1)//2+1", "H", False),  # floor divisions are not claimed
+        ("H", "H", False),
+    ],
+)
+def test_never_equal(a: str, b: str, never: bool) -> None:
+    from hndl._contracts import never_equal
+
+    assert never_equal(parse_dim(a), parse_dim(b)) is never
+    assert never_equal(parse_dim(b), parse_dim(a)) is never
+
+
+def test_a_dim_against_an_int_is_left_to_the_call() -> None:
+    from hndl._contracts import never_equal, unknown_dim
+
+    assert not never_equal(parse_dim("H-2"), 5)
+    assert not never_equal(unknown_dim(), parse_dim("H"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(offset=st.integers(-9, 9).filter(bool), scale=st.integers(1, 4), h=st.integers(0, 500))
+def test_dims_claimed_never_equal_differ_wherever_both_are_sizes_above_one(offset: int, scale: int, h: int) -> None:
+    from hndl._contracts import never_equal
+    from hndl._dims import evaluate
+
+    a, b = parse_dim(f"{scale}*H+{offset}"), parse_dim("H")
+    if never_equal(a, b):
+        va, vb = evaluate(a, {"H": h}), evaluate(b, {"H": h})
+        # Apart from the isolated solutions of a == b, a == 1 or b == 1 (at most 3 values of H), they differ.
+        isolated = {x for x in range(-20, 520) if scale * x + offset in (x, 1) or x == 1}
+        assert va != vb or h in isolated

@@ -119,3 +119,43 @@ def test_arithmetic_helpers_agree_with_evaluation(a, b, env):
     assert evaluate(dim_add(x, y), env) == a * env["B"] + b + env["T"] * env["D"]
     assert evaluate(dim_sub(x, y), env) == a * env["B"] + b - env["T"] * env["D"]
     assert evaluate(dim_mul(x, y), env) == (a * env["B"] + b) * env["T"] * env["D"]
+
+
+# --- nested floor divisions simplify ---------------------------------------------------------------------------
+
+
+def test_nested_floor_divisions_by_positive_ints_are_one_division() -> None:
+    assert str(parse_dim("((H-1)//2)//2")) == "(H-1)//4"
+    assert str(parse_dim("(((((H-1)//2)//2)//2)//2)//2+1")) == "(H-1)//32+1"
+    # A strided layer after another: ((H-1)//2+1 - 1)//2 + 1, the ResNet stem's pattern.
+    assert str(parse_dim("((H-1)//2+1-1)//2+1")) == "(H-1)//4+1"
+
+
+def test_whole_multiples_come_out_of_a_division() -> None:
+    assert str(parse_dim("(2*H+1)//2")) == "H"
+    assert str(parse_dim("(H+4)//2")) == "H//2+2"
+    assert str(parse_dim("(H-2)//2+1")) == "H//2"
+
+
+@st.composite
+def division_chains(draw) -> str:
+    text = draw(st.sampled_from(["H", "H-1", "2*H+3", "H+W", "3*H-W"]))
+    for _ in range(draw(st.integers(1, 4))):
+        text = f"({text}){draw(st.sampled_from(['+', '-']))}{draw(st.integers(0, 5))}"
+        text = f"({text})//{draw(st.integers(1, 4))}"
+        if draw(st.booleans()):
+            text = f"{draw(st.integers(1, 3))}*({text})"
+    return text
+
+
+def _python_value(text: str, env: dict[str, int]) -> int:
+    return eval(text, {}, dict(env))
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=division_chains(), h=st.integers(-40, 200), w=st.integers(-40, 200))
+def test_simplified_divisions_evaluate_as_python_does(text: str, h: int, w: int) -> None:
+    env = {"H": h, "W": w}
+    simplified = parse_dim(text)
+    assert evaluate(simplified, env) == _python_value(text, env)
+    assert evaluate(parse_dim(str(simplified)), env) == _python_value(text, env)  # its text reads back the same

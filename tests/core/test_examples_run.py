@@ -66,3 +66,51 @@ def test_the_encoder_decoder_mask_hides_padding():
     assert torch.allclose(model(src, tgt, mask), model(changed, tgt, mask), atol=1e-6)
     changed[1, -1] = 1 - src[1, -1]  # and where it does not
     assert not torch.allclose(model(src, tgt, mask)[1], model(changed, tgt, mask)[1])
+
+
+def test_gpt2_small_has_gpt2s_parameter_count_with_its_head_tied():
+    with torch.device("meta"):
+        model = hndl.build(hndl.load(EXAMPLES / "gpt2.yaml"))
+    assert sum(p.numel() for p in model.parameters()) == 124_439_808
+    assert model.nodes.n_lm_head.weight is model.nodes.n_wte.weight
+
+
+def test_resnet18_has_torchvisions_parameter_count_and_layout():
+    with torch.device("meta"):
+        model = hndl.build(hndl.load(EXAMPLES / "resnet18.yaml"))
+    assert sum(p.numel() for p in model.parameters()) == 11_689_512
+    names = set(model.state_dict())
+    assert "nodes.n_layer1.0.n_conv1.weight" in names
+    assert "nodes.n_layer1.0.n_downsample.n_conv.weight" not in names  # stage 1 keeps its width: no shortcut conv
+    assert "nodes.n_layer2.0.n_downsample.n_conv.weight" in names
+    assert "nodes.n_layer2.1.n_downsample.n_conv.weight" not in names
+    assert model.nodes.n_layer2[0].n_conv1.stride == (2, 2)
+    assert model.nodes.n_layer2[1].n_conv1.stride == (1, 1)
+
+
+def test_the_resnet_stem_on_symbolic_sizes_reads_as_one_division():
+    checked = hndl.check(hndl.load(EXAMPLES / "resnet18.yaml"))
+    layer4 = next(n for n in checked.nodes if n.name == "layer4")
+    assert str(layer4.out_types[0]).startswith("[B, 512, (H-1)//32+1, (W-1)//32+1]")
+
+
+def test_regression_a_resnet_block_without_padding_fails_check_naming_the_conv_and_the_add():
+    # [B, 64, H-2, W-2] added to [B, 64, H, W]: they agree for no H (broadcast only at the isolated H = 3).
+    text = (EXAMPLES / "resnet_basic_block.yaml").read_text()
+    broken = text.replace(
+        "in: relu1, out_channels: 64, kernel_size: 3, padding: 1", "in: relu1, out_channels: 64, kernel_size: 3"
+    )
+    assert broken != text
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.check(hndl.loads(broken))
+    (p,) = info.value.problems
+    assert (p.code, p.node, p.op) == ("E_SHAPE", "skip", "add")
+    assert "[B, 64, H-2, W-2]" in p.message
+    assert p.message.endswith("(inputs from conv2d 'conv2' through 'bn2' and 'x')")
+    assert p.hint == (
+        "probable cause: conv2d 'conv2' has no padding, so its kernel of (3, 3) shrinks the size by 2; "
+        "padding: 1 keeps it"
+    )
+    pinned = broken.replace("[B, 64, H, W]", "[B, 64, 32, 32]")
+    with pytest.raises(hndl.HndlError, match="30 in 'a' and 32 in 'b'"):
+        hndl.check(hndl.loads(pinned))

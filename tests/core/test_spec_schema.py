@@ -48,9 +48,10 @@ VALIDATOR = StrictValidator(SCHEMA)
 def structural_schema() -> dict[str, Any]:
     """The spec schema without its op-specific parts: which ops exist and what they take is hndl.check's."""
     schema = hndl.spec_schema()
-    node = schema["$defs"]["node"]
-    node["properties"]["op"] = {"type": "string"}
-    del node["allOf"]
+    for kind in ("node", "param_node"):
+        node = schema["$defs"][kind]
+        node["properties"] = {**node["properties"], "op": {"type": "string"}}
+        del node["allOf"]
     return schema
 
 
@@ -115,7 +116,10 @@ VALUES = st.sampled_from(
 ).map(copy.deepcopy) | st.lists(DIMS, max_size=3)  # copies: a later mutation may write into a drawn list
 # Keys a mutation adds: names no other entry uses (so no collision), section keys, and non-string keys.
 NEW_KEYS = st.sampled_from(
-    ["shape", "dtype", "device", "op", "in", "hndl", "name", "inputs", "nodes", "outputs", "graphs", "2x", ""]
+    [
+        *("shape", "dtype", "device", "op", "in", "hndl", "name", "inputs", "nodes", "outputs", "graphs", "2x", ""),
+        *("params", "tie", "when"),
+    ]
 ) | st.sampled_from([1, True, None, 1.5])
 
 
@@ -129,18 +133,24 @@ def graph_body(draw: Any) -> dict[str, Any]:
         if draw(st.booleans()):
             contract["device"] = draw(st.sampled_from(["cpu", "cuda"]))
         inputs[name] = contract
-    nodes = {}
+    params = draw(st.none() | st.just({"width": 4, "on": True}))
+    nodes: dict[str, Any] = {}
     available = list(inputs)
     for name in draw(st.lists(st.sampled_from(NODE_NAMES), max_size=3, unique=True)):
         node: dict[str, Any] = {"op": draw(st.sampled_from(["relu", "linear", "add"]))}
         refs = draw(st.lists(st.sampled_from(available), min_size=1, max_size=2))
         node["in"] = refs[0] if len(refs) == 1 and draw(st.booleans()) else refs
         if node["op"] == "linear":
-            node["out_features"] = draw(st.integers(1, 8))
+            node["out_features"] = draw(st.integers(1, 8)) if params is None else draw(st.sampled_from([4, "$width"]))
+            if nodes and draw(st.booleans()):
+                node["tie"] = {"weight": f"{next(iter(nodes))}.weight"}
+        if draw(st.booleans()):
+            node["when"] = draw(st.sampled_from([True, False] if params is None else [True, "$on"]))
         nodes[name] = node
         available.append(name)
     outputs = draw(st.lists(st.sampled_from(available), min_size=1, max_size=2))
-    return {"inputs": inputs, "nodes": nodes, "outputs": outputs[0] if draw(st.booleans()) else outputs}
+    body = {"inputs": inputs, "nodes": nodes, "outputs": outputs[0] if draw(st.booleans()) else outputs}
+    return body if params is None else {"params": params, **body}
 
 
 @st.composite

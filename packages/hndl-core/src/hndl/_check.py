@@ -20,7 +20,9 @@ from typing import Any
 from ._contracts import Contract, TensorType, dtype_satisfies, format_shape
 from ._errors import Problem, ProblemList
 from ._graph import Graph, Node
+from ._graph_params import bind_node, repetition_params, seed_env
 from ._infer import BoundPorts, Report, active_ports, bind_ports, infer_node, input_count_words
+from ._param_types import excerpt
 from ._registry import OpDef, Params
 from ._resolve import order_nodes, output_count, resolve_op, resolve_ref, validate_params
 from .naming import suggestion
@@ -43,6 +45,12 @@ class CheckedNode:
     out_types: list[TensorType]
     location: str | None
     body: list[CheckedGraph] = field(default_factory=list)  # op 'graph': one checked subgraph per repetition
+    #: op 'graph': whether the repetitions are a level of names (``blocks.0.attn``); a subgraph used without
+    #: ``repeat`` runs once and its nodes are named ``block.attn``.
+    indexed: bool = True
+    #: Tied parameters: this node's parameter (dotted within its layer) -> the qualified name of the parameter
+    #: it shares (``"wte.weight"``: node ``wte``'s parameter ``weight``). The builder makes them one Parameter.
+    ties: dict[str, str] = field(default_factory=dict)
 
     @property
     def op(self) -> str:
@@ -90,6 +98,7 @@ class _Checker:
         self.problems = ProblemList()
         self.library: dict[str, Graph] = dict(root.graphs)
         self.active: list[str] = []  # subgraphs being checked, to catch a graph that uses itself
+        self.producers: dict[str, CheckedNode] = {}  # value id -> the leaf node that makes it
 
     def check_root(self) -> CheckedGraph | None:
         g = self.root
@@ -103,30 +112,52 @@ class _Checker:
                 location=g.location,
                 hint="call g.output(...) or add an 'outputs:' list",
             )
-        return self.check_graph(g, types, prefix="", path=())
+        return self.check_graph(g, types, prefix="", path=(), bindings=dict(g.params))
 
     def check_graph(
-        self, g: Graph, input_types: Mapping[str, TensorType], *, prefix: str, path: tuple[str, ...]
+        self,
+        g: Graph,
+        input_types: Mapping[str, TensorType],
+        *,
+        prefix: str,
+        path: tuple[str, ...],
+        bindings: Mapping[str, Any],
     ) -> CheckedGraph | None:
         ids = {name: f"{prefix}{name}" for name in g.inputs}
         types: dict[str, TensorType | None] = {ids[n]: t for n, t in input_types.items()}
         nodes: list[CheckedNode] = []
         ports: dict[str, list[str]] = {}  # node name -> output value ids (for port resolution)
         failed = False
-        for node in order_nodes(g, prefix, self.problems):
-            qual = prefix + node.name
-            opdef = resolve_op(node, qual, self.problems)
+        for written in order_nodes(g, prefix, self.problems):
+            qual = prefix + written.name
+            node = self._bind(written, bindings, qual)
+            in_ids = [resolve_ref(g, written, ref, ids, ports, prefix, self.problems) for ref in written.inputs]
+            if node is not None and node.when is not True:
+                present = self._present(node, qual, in_ids)
+                if present is False:
+                    ports[written.name] = in_ids  # type: ignore[assignment]  # a node left out passes its input through
+                    continue
+                if present is None:
+                    node = None
+            opdef = resolve_op(written, qual, self.problems) if node is not None else None
             params = None
-            if opdef is not None:
+            if node is not None and opdef is not None:
                 params = validate_params(node, opdef, qual, self.problems, allow_imports=g.allow_imports)
-            in_ids = [resolve_ref(g, node, ref, ids, ports, prefix, self.problems) for ref in node.inputs]
             count = output_count(opdef, params, self.library)
             out_ids = [qual] if count == 1 else [f"{qual}.{i}" for i in range(count)]
-            ports[node.name] = out_ids
+            ports[written.name] = out_ids
             checked = None
             in_types = [types.get(v) for v in in_ids if v is not None]
-            if opdef is not None and params is not None and None not in in_ids and None not in in_types:
+            if (
+                node is not None
+                and opdef is not None
+                and params is not None
+                and None not in in_ids
+                and None not in in_types
+            ):
                 checked = self._check_node(node, opdef, params, in_ids, in_types, out_ids, prefix, path)  # type: ignore[arg-type]
+                if checked is not None and node.tie:
+                    checked.ties = self._ties(g, node, qual, prefix)
             if checked is None:
                 failed = True
                 for v in out_ids:
@@ -134,6 +165,7 @@ class _Checker:
                 continue
             for v, t in zip(out_ids, checked.out_types):
                 types[v] = t
+                self.producers[v] = checked
             nodes.append(checked)
         output_ids: list[str] = []
         for i, ref in enumerate(g.outputs):
@@ -155,6 +187,70 @@ class _Checker:
             types={k: v for k, v in types.items() if v is not None},
         )
 
+    def _bind(self, node: Node, bindings: Mapping[str, Any], qual: str) -> Node | None:
+        """``node`` with its graph-parameter references replaced by their values; ``None`` once reported."""
+        bound, problems = bind_node(node, bindings)
+        for key, reason, hint in problems:
+            self.problems.add("E_PARAM", reason, node=qual, op=node.op, location=node.where(key), hint=hint)
+        return None if problems else bound
+
+    def _present(self, node: Node, qual: str, in_ids: list[str | None]) -> bool | None:
+        """Whether a node with a ``when`` exists (``None`` once a problem is reported)."""
+        if not isinstance(node.when, bool):
+            self.problems.add(
+                "E_PARAM",
+                f"'when' must be true, false or a bool graph parameter ('$name'), got {excerpt(node.when)}",
+                node=qual,
+                op=node.op,
+                location=node.where("when"),
+            )
+            return None
+        if not node.when and len(in_ids) != 1:
+            self.problems.add(
+                "E_PARAM",
+                f"a node left out by 'when' passes its input through, so it needs one input; it has {len(in_ids)}",
+                node=qual,
+                op=node.op,
+                location=node.where("when"),
+            )
+            return None
+        return node.when
+
+    def _ties(self, g: Graph, node: Node, qual: str, prefix: str) -> dict[str, str]:
+        """``node``'s ties with qualified targets; a target that names no node of ``g`` is reported (E_REF).
+
+        Whether the parameters exist and agree in shape is known once the layers are built: the builder checks it.
+        """
+        ties: dict[str, str] = {}
+        for own, target in node.tie.items():
+            target_node = target.partition(".")[0] if isinstance(target, str) else None
+            if not isinstance(own, str) or not own or not isinstance(target, str) or "." not in target:
+                self.problems.add(
+                    "E_SPEC",
+                    f"tie {excerpt(own)}: {excerpt(target)} must map a parameter of this node to 'node.parameter'",
+                    node=qual,
+                    op=node.op,
+                    location=node.where("tie"),
+                    hint="e.g. tie: {weight: wte.weight}",
+                )
+            elif target_node == node.name or target_node not in g.nodes:
+                self.problems.add(
+                    "E_REF",
+                    f"tie {own!r} refers to {excerpt(target)}, but "
+                    + (
+                        "a node cannot share its own parameter"
+                        if target_node == node.name
+                        else f"{target_node!r} is no node of graph {g.name!r}"
+                    ),
+                    node=qual,
+                    op=node.op,
+                    location=node.where("tie"),
+                    hint=suggestion(target_node or "", [n for n in g.nodes if n != node.name]),
+                )
+            else:
+                ties[own] = prefix + target
+        return ties
+
     def _check_node(
         self,
         node: Node,
@@ -171,6 +267,10 @@ class _Checker:
 
         def report(code: str, message: str, *, key: str | None = "in", **fields: Any) -> None:
             fields.setdefault("location", node.where(key))
+            if code == "E_SHAPE" and len(in_ids) > 1:
+                message, cause = self._explain_inputs(message, node, in_ids)
+                if cause:
+                    fields["hint"] = cause
             self.problems.add(code, message, node=qual, op=opdef.name, **fields)
 
         ports = bind_ports(opdef, in_types, params)
@@ -208,6 +308,44 @@ class _Checker:
             return None
         return checked
 
+    def _origin(self, value: str) -> tuple[CheckedNode | None, list[str]]:
+        """The node where ``value``'s shape was last changed, and the shape-keeping nodes passed on the way."""
+        via: list[str] = []
+        node = self.producers.get(value)
+        while node is not None and len(node.inputs) == 1 and node.in_types[0].shape == node.out_types[0].shape:
+            via.append(node.qualname)
+            before = self.producers.get(node.inputs[0])
+            if before is None:
+                return node, via[:-1]
+            node = before
+        return node, via
+
+    def _explain_inputs(self, message: str, node: Node, in_ids: list[str]) -> tuple[str, str | None]:
+        """A shape mismatch between a node's inputs, with where each input's shape comes from and, when one of
+        them was changed by a padded window op without padding, that probable cause."""
+        parts: list[str] = []
+        cause = None
+        passed_through = False
+        for ref, value in zip(node.inputs, in_ids):
+            origin, via = self._origin(value)
+            passed_through = passed_through or bool(via)
+            if origin is None:
+                parts.append(f"'{ref}'")
+                continue
+            through = f" through '{via[-1]}'" if via else ""
+            parts.append(f"{origin.op} '{origin.qualname}'{through}")
+            padding = origin.params.get("padding") if "padding" in origin.params else None
+            kernel = origin.params.get("kernel_size")
+            if cause is None and padding in (0, (0, 0)) and kernel not in (None, 1, (1, 1)):
+                k = kernel if isinstance(kernel, int) else max(kernel)
+                cause = (
+                    f"probable cause: {origin.op} '{origin.qualname}' has no padding, so its kernel of {kernel} "
+                    f"shrinks the size by {k - 1}; padding: {(k - 1) // 2} keeps it"
+                )
+        if not passed_through and cause is None:
+            return message, None  # each input is what the node names: nothing to add
+        return f"{message} (inputs from {' and '.join(parts)})", cause
+
     def _check_subgraph(
         self, node: Node, checked: CheckedNode, ports: BoundPorts, report: Report
     ) -> CheckedNode | None:
@@ -227,6 +365,11 @@ class _Checker:
             report("E_CYCLE", "graph uses itself: " + " -> ".join([*self.active, name]), key="graph")
             return None
         repeat = checked.params.get("repeat", 1)
+        checked.indexed = "repeat" in node.params
+        values, reason, hint = repetition_params(sub, checked.params.get("params"), repeat)
+        if reason:
+            report("E_PARAM", reason, key="params", hint=hint)
+            return None
         if len(ports) != len(sub.inputs):
             report(
                 "E_REF",
@@ -246,10 +389,17 @@ class _Checker:
         try:
             current = [t for _, t in ports]
             for r in range(repeat):
-                if not self._match_subgraph_inputs(name, sub, current, r, report):
+                if not self._match_subgraph_inputs(name, sub, current, r, report, values[r]):
                     return None
                 types = dict(zip(sub.inputs, current))
-                body = self.check_graph(sub, types, prefix=f"{checked.qualname}.{r}.", path=(*checked.path, str(r)))
+                level = (str(r),) if checked.indexed else ()
+                body = self.check_graph(
+                    sub,
+                    types,
+                    prefix=".".join((checked.qualname, *level)) + ".",
+                    path=(*checked.path, *level),
+                    bindings=values[r],
+                )
                 if body is None:
                     return None
                 checked.body.append(body)
@@ -260,9 +410,12 @@ class _Checker:
         return checked
 
     @staticmethod
-    def _match_subgraph_inputs(name: str, sub: Graph, types: list[TensorType], repetition: int, report: Report) -> bool:
-        """Whether the values entering one repetition meet the subgraph's input contracts (reported if not)."""
-        env: dict[str, Any] = {}
+    def _match_subgraph_inputs(
+        name: str, sub: Graph, types: list[TensorType], repetition: int, report: Report, bindings: Mapping[str, Any]
+    ) -> bool:
+        """Whether the values entering one repetition meet the subgraph's input contracts (reported if not); a
+        dim that names an integer graph parameter must equal the parameter's value."""
+        env: dict[str, Any] = seed_env(bindings)
         for (in_name, spec), t in zip(sub.inputs.items(), types):
             c = spec.contract
             if dtype_satisfies(t.dtype, c.dtype) is False:

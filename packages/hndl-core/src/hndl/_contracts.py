@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._dims import Dim, DimError, Poly, format_dim, free_symbols, parse_dim, substitute
+from ._dims import Dim, DimError, FloorDiv, Poly, dim_sub, format_dim, free_symbols, parse_dim, substitute
 from .naming import dtype_name
 
 __all__ = [
@@ -50,6 +50,23 @@ def unknown_dim() -> Poly:
 def is_unknown(d: Any) -> bool:
     """Whether ``d`` depends on a dimension inference could not determine."""
     return isinstance(d, Poly) and any(s.startswith("?") for s in free_symbols(d))
+
+
+def never_equal(a: Any, b: Any) -> bool:
+    """Whether two symbolic dims can be equal for no value of their symbols, or only at isolated values.
+
+    True when their difference is a nonzero constant (``H-2`` against ``H``), or a nonzero polynomial in one
+    symbol without floor divisions (``2*T`` against ``T``: equal only at ``T = 0``); such dims also broadcast
+    only at isolated values (``H-2`` is 1 only at ``H = 3``). A dim against an int is never claimed: pinning a
+    size is how a user says they mean it, and the call checks it. Unknown dims are never claimed either.
+    """
+    if isinstance(a, int) or isinstance(b, int) or a == b or is_unknown(a) or is_unknown(b):
+        return False
+    difference = dim_sub(a, b)
+    if isinstance(difference, int):
+        return difference != 0
+    has_division = any(isinstance(atom, FloorDiv) for mono, _ in difference.terms for atom in mono)
+    return not has_division and len(free_symbols(difference)) == 1
 
 
 # --- dtype rules ----------------------------------------------------------------------------------------
@@ -304,8 +321,9 @@ def _conflict(a: Dim, b: Dim, strict: bool) -> bool:
         return False
     if strict:
         return True
-    # Statically, only two different constants are a proven conflict; symbolic dims are checked at run time.
-    return isinstance(a, int) and isinstance(b, int)
+    # Statically, two different constants are a proven conflict, and so are two symbolic dims that agree at most at
+    # isolated values (H-2 and H); anything else is checked at run time.
+    return (isinstance(a, int) and isinstance(b, int)) or never_equal(a, b)
 
 
 def _show_raw(raw: Sequence[Any]) -> str:

@@ -123,6 +123,9 @@ def dim_mul(a: Dim, b: Dim) -> Dim:
 
 
 def dim_floordiv(a: Dim, b: Dim) -> Dim:
+    """``a // b``, simplified where integer arithmetic allows: terms whose coefficients ``b`` divides come out of
+    the division (``(2*H+1)//2 = H``, ``(H+4)//2 = H//2+2``), and a floor division of a floor division by positive
+    integers is one division (``((H-1)//2)//2 = (H-1)//4``), so a stack of strided layers stays short."""
     if isinstance(b, int):
         if b == 0:
             raise DimError("division by zero in a dimension expression")
@@ -130,11 +133,26 @@ def dim_floordiv(a: Dim, b: Dim) -> Dim:
             return a // b
         if b == 1:
             return a
-        if all(c % b == 0 for _, c in a.terms):
-            return _make({m: c // b for m, c in a.terms})
+        # n*Q + R  //  n  =  Q + R // n, for integer Q.
+        whole = {m: c // b for m, c in a.terms if c % b == 0}
+        rest = _make({m: c for m, c in a.terms if c % b != 0})
+        if whole:
+            return dim_add(_make(whole), dim_floordiv(rest, b))
+        inner = _lone_floordiv(rest)
+        if inner is not None and b > 0 and isinstance(inner.den, int) and inner.den > 0:
+            return dim_floordiv(inner.num, inner.den * b)
     elif a == b:
         return 1
     return Poly(((((FloorDiv(a, b),)), 1),))
+
+
+def _lone_floordiv(d: Dim) -> FloorDiv | None:
+    """The floor division ``d`` is, when it is exactly one (coefficient 1, no other term)."""
+    if isinstance(d, Poly) and len(d.terms) == 1:
+        mono, coeff = d.terms[0]
+        if coeff == 1 and len(mono) == 1 and isinstance(mono[0], FloorDiv):
+            return mono[0]
+    return None
 
 
 def free_symbols(d: Dim) -> set[str]:

@@ -12,7 +12,7 @@ build time, all at once.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -91,6 +91,12 @@ class Node:
     params: dict[str, Any]
     location: str | None = None
     key_locations: dict[str, str] = field(default_factory=dict)
+    #: Tied parameters: ``{own parameter: "node.parameter"}``, the other node's parameter shared by this node's
+    #: layer (``{"weight": "wte.weight"}``); the target is a node of the same graph.
+    tie: dict[str, str] = field(default_factory=dict)
+    #: Whether the node exists: ``True``, ``False`` or ``"$name"`` (a bool parameter of the subgraph). A node that
+    #: does not exist passes its one input through: references to it read that input.
+    when: Any = True
 
     def where(self, key: str | None = None) -> str | None:
         """The location of ``key`` if known, else of the node."""
@@ -111,7 +117,7 @@ class Graph:
         ['hidden', 'relu']
     """
 
-    def __init__(self, name: str = "graph") -> None:
+    def __init__(self, name: str = "graph", params: Mapping[str, Any] | None = None) -> None:
         _check_name(name, "graph")
         self.name = name
         self.inputs: dict[str, InputSpec] = {}
@@ -127,6 +133,14 @@ class Graph:
         #: belongs to, so a graph loaded without it refuses to import even as a subgraph of a trusted one.
         self.allow_imports: bool = True
         self.location: str | None = None
+        #: The graph's parameters with their defaults (``{"width": 64, "stride": 1}``). A node parameter written
+        #: ``"$width"`` (or an integer expression such as ``"$width*4"``) takes the value a use of the graph passes
+        #: (``{op: graph, graph: block, params: {width: 128}}``), and an input shape may name an integer
+        #: parameter as a dim (``[B, width, H, W]``).
+        self.params: dict[str, Any] = {}
+        for key, default in (params or {}).items():
+            _check_name(key, "graph parameter")
+            self.params[key] = default
         self._name_counters: dict[str, int] = {}
 
     # -- building ---------------------------------------------------------------------------------------
@@ -151,13 +165,25 @@ class Graph:
         self.inputs[name] = InputSpec(name, contract)
         return Handle(self, name)
 
-    def add(self, op: str, *inputs: Ref | Sequence[Ref], name: str | None = None, **params: Any) -> Handle:
+    def add(
+        self,
+        op: str,
+        *inputs: Ref | Sequence[Ref],
+        name: str | None = None,
+        tie: Mapping[str, str] | None = None,
+        when: bool | str = True,
+        **params: Any,
+    ) -> Handle:
         """Add a node running ``op`` on ``inputs`` and return its handle.
 
         Args:
             op: a registered op name (``"linear"``, ``"relu"``, ``"graph"``, ...).
             *inputs: handles (or reference strings) of the values it consumes; a list counts as several.
             name: the node's name; generated from the op (``linear``, ``linear_1``, ...) when omitted.
+            tie: parameters this node's layer shares with another node's, ``{"weight": "wte.weight"}``: the
+                built model holds one ``Parameter`` under both names, as PyTorch does for tied weights.
+            when: whether the node exists; in a parameterised subgraph, ``"$name"`` of a bool parameter. A node
+                that does not exist passes its one input through.
             **params: the op's parameters. Parameters that follow from shapes (``in_features``) are inferred.
                 For ``op="graph"``, ``graph=`` may be a :class:`Graph`, which is added to :attr:`graphs`.
 
@@ -176,7 +202,7 @@ class Graph:
             refs.extend(self._ref(r, name) for r in items)
         if "graph" in params and isinstance(params["graph"], Graph):
             params["graph"] = self.add_subgraph(params["graph"])
-        self.nodes[name] = Node(name, op, refs, dict(params))
+        self.nodes[name] = Node(name, op, refs, dict(params), tie=dict(tie or {}), when=when)
         return Handle(self, name)
 
     def output(self, *values: Ref | Sequence[Ref]) -> None:

@@ -22,7 +22,7 @@ __all__ = ["FORMAT_VERSION", "NODE_KEYS", "dumps", "flow_yaml"]
 FORMAT_VERSION = 1
 
 #: The keys of a spec node that are not parameters of its op.
-NODE_KEYS = ("op", "in")
+NODE_KEYS = ("op", "in", "tie", "when")
 
 # YAML limits an implicit ("simple") key to 1024 characters; a longer name is written as an explicit key.
 _LONGEST_SIMPLE_KEY = 1000
@@ -110,7 +110,14 @@ def dumps(graph: Graph) -> str:
 
 
 def _graph_lines(graph: Graph, indent: str, problems: ProblemList) -> list[str]:
-    lines = [f"{indent}inputs:" if graph.inputs else f"{indent}inputs: {{}}"]
+    lines = []
+    if graph.params:
+        plain, reason = _plain_param(graph.params)
+        if reason:
+            problems.add("E_SPEC", f"graph {graph.name!r}: params cannot be written to a spec: {reason}")
+        else:
+            lines.append(f"{indent}params: {flow_yaml(plain)}")
+    lines.append(f"{indent}inputs:" if graph.inputs else f"{indent}inputs: {{}}")
     for name, spec in graph.inputs.items():
         lines += _entry(f"{indent}  ", name, flow_yaml(spec.contract.to_spec()))
     lines.append(f"{indent}nodes:" if graph.nodes else f"{indent}nodes: {{}}")
@@ -120,6 +127,10 @@ def _graph_lines(graph: Graph, indent: str, problems: ProblemList) -> list[str]:
             entry["in"] = node.inputs[0]
         elif node.inputs:
             entry["in"] = list(node.inputs)
+        if node.tie:
+            entry["tie"] = dict(node.tie)
+        if node.when is not True:
+            entry["when"] = node.when
         for key, value in node.params.items():
             if key in NODE_KEYS or not isinstance(key, str):
                 problems.add(

@@ -24,8 +24,8 @@ from .naming import suggestion
 
 __all__ = ["load", "loads"]
 
-ROOT_KEYS = ("hndl", "name", "inputs", "nodes", "outputs", "graphs")
-SUBGRAPH_KEYS = ("inputs", "nodes", "outputs")
+ROOT_KEYS = ("hndl", "name", "params", "inputs", "nodes", "outputs", "graphs")
+SUBGRAPH_KEYS = ("params", "inputs", "nodes", "outputs")
 REQUIRED_KEYS = ("inputs", "nodes", "outputs")
 INPUT_KEYS = ("shape", "dtype", "device")
 
@@ -327,6 +327,8 @@ class _SpecBuilder:
         graph.location = where or doc.loc
         graph.allow_imports = self.allow_imports
         fields = doc.value
+        if "params" in fields and not fields["params"].failed:
+            self._params(graph, fields["params"], what)
         if "inputs" in fields and not fields["inputs"].failed:
             self._inputs(graph, fields["inputs"], what)
         if "nodes" in fields and not fields["nodes"].failed:
@@ -334,6 +336,21 @@ class _SpecBuilder:
         if "outputs" in fields and not fields["outputs"].failed:
             self._outputs(graph, fields["outputs"], what)
         return graph
+
+    def _params(self, graph: Graph, entry: Located, what: str) -> None:
+        """A graph's parameters: a mapping of name to default value (any plain value)."""
+        if not isinstance(entry.value, dict):
+            self.add(
+                "E_SPEC",
+                f"'params' of {what} must be a mapping of parameter name to default, got {describe(entry.value)}",
+                entry.loc,
+                hint="e.g. params: {width: 64, stride: 1}",
+            )
+            return
+        self._duplicate_names(entry, "parameter")
+        for name, value in entry.value.items():
+            if self._name_ok(name, "parameter", entry.keys[name]) and value.ok:
+                graph.params[name] = value.plain()
 
     def _inputs(self, graph: Graph, entry: Located, what: str) -> None:
         if not isinstance(entry.value, dict):
@@ -464,10 +481,23 @@ class _SpecBuilder:
                     "E_SPEC", f"a node key must be a name, got {describe(key)}", spec.keys[key], node=name, op=named_op
                 )
                 ok = False
-        if not ok or refs is None or named_op is None:
+        tie = self._tie(fields.get("tie"), name, named_op)
+        if not ok or refs is None or named_op is None or tie is None:
+            return
+        when = fields.get("when")
+        if when is not None and not (
+            isinstance(when.value, bool) or (isinstance(when.value, str) and when.value.startswith("$"))
+        ):
+            self.add(
+                "E_SPEC",
+                f"'when' must be true, false or '$name' of a bool graph parameter, got {describe(when.value)}",
+                when.loc,
+                node=name,
+                op=named_op,
+            )
             return
         try:
-            graph.add(named_op, refs, name=name)
+            graph.add(named_op, refs, name=name, tie=tie, when=True if when is None else when.value)
         except HndlError as exc:
             for p in exc.problems:
                 self.add(p.code, p.message, loc, node=name, hint=p.hint)
@@ -478,6 +508,27 @@ class _SpecBuilder:
         node.params = {k: v.plain() for k, v in fields.items() if k not in NODE_KEYS}
         node.location = loc
         node.key_locations = dict(spec.keys)
+
+    def _tie(self, entry: Located | None, node: str, op: str | None) -> dict[str, str] | None:
+        """A node's ``tie``: a mapping of its own parameter to ``node.parameter`` (both strings)."""
+        if entry is None:
+            return {}
+        if entry.failed:
+            return None
+        value = entry.value
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v.value, str) for k, v in value.items()
+        ):
+            self.add(
+                "E_SPEC",
+                f"'tie' must map this node's parameter to 'node.parameter', got {describe(value)}",
+                entry.loc,
+                node=node,
+                op=op,
+                hint="e.g. tie: {weight: wte.weight}",
+            )
+            return None
+        return {k: v.value for k, v in value.items()}
 
     def _refs(self, entry: Located | None, node: str, op: str | None) -> list[str] | None:
         if entry is None:

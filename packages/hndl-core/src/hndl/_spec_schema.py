@@ -16,7 +16,7 @@ from ._contracts import DTYPE_CATEGORIES, DTYPES
 from ._graph import NAME_RE
 from ._registry import OpDef, registry
 from ._spec_dumper import FORMAT_VERSION, NODE_KEYS
-from ._spec_loader import REQUIRED_KEYS, SUBGRAPH_KEYS
+from ._spec_loader import REQUIRED_KEYS
 
 __all__ = ["NAME_PATTERN", "SCHEMA_ID", "spec_schema"]
 
@@ -43,6 +43,11 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
     }
     refs = {"anyOf": [{"$ref": "#/$defs/ref"}, {"type": "array", "items": {"$ref": "#/$defs/ref"}}]}
     graph_body = {
+        "params": {
+            "description": "the graph's parameters and their defaults; nodes refer to them as '$name'",
+            "type": "object",
+            "propertyNames": {"$ref": "#/$defs/name"},
+        },
         "inputs": {
             "description": "the graph's inputs, in call order, each with its contract",
             "type": "object",
@@ -53,12 +58,17 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
             "description": "the nodes, in order; each key is the node's name",
             "type": "object",
             "propertyNames": {"$ref": "#/$defs/name"},
-            "additionalProperties": {"$ref": "#/$defs/node"},
         },
         "outputs": {
             "description": "the graph's outputs, in order: a reference, or a list of references",
             **refs,
         },
+    }
+    # A graph that declares parameters may write '$name' for any parameter value of its nodes.
+    nodes_of = {
+        "if": {"required": ["params"]},
+        "then": {"properties": {"nodes": {"additionalProperties": {"$ref": "#/$defs/param_node"}}}},
+        "else": {"properties": {"nodes": {"additionalProperties": {"$ref": "#/$defs/node"}}}},
     }
     top = {
         "hndl": {"description": "format version", "type": "integer", "const": FORMAT_VERSION},
@@ -74,6 +84,16 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
     node_keys = {
         "op": {"description": "the op's name", "enum": [o.name for o in ops]},
         "in": {"description": "the value(s) the node consumes", **refs},
+        "tie": {
+            "description": "parameters shared with another node: {own parameter: 'node.parameter'}",
+            "type": "object",
+            "propertyNames": {"type": "string"},
+            "additionalProperties": {"type": "string"},
+        },
+        "when": {
+            "description": "whether the node exists: true, false, or '$name' of a bool graph parameter",
+            "anyOf": [{"type": "boolean"}, {"$ref": "#/$defs/param_ref"}],
+        },
     }
     input_keys = {
         "shape": {"$ref": "#/$defs/shape"},
@@ -89,6 +109,7 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
         "properties": top,
         "required": ["hndl", *REQUIRED_KEYS],
         "additionalProperties": False,
+        **nodes_of,
         "$defs": {
             "name": {
                 "description": "a name: letters, digits and underscores, not starting with a digit",
@@ -120,8 +141,14 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
                 "description": "a subgraph: inputs, nodes and outputs, as at the top level",
                 "type": "object",
                 "properties": graph_body,
-                "required": list(SUBGRAPH_KEYS),
+                "required": list(REQUIRED_KEYS),
                 "additionalProperties": False,
+                **nodes_of,
+            },
+            "param_ref": {
+                "description": "a graph parameter ('$width') or an integer expression over them ('$width*4')",
+                "type": "string",
+                "pattern": "^[$]",
             },
             "node": {
                 "description": "a node: its op, its inputs ('in') and the op's parameters",
@@ -131,13 +158,22 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
                 "required": ["op"],
                 "allOf": [_op_branch(o) for o in ops],
             },
+            "param_node": {
+                "description": "a node of a graph with parameters: any parameter value may be '$name'",
+                "type": "object",
+                "properties": node_keys,
+                "propertyNames": {"type": "string"},
+                "required": ["op"],
+                "allOf": [_op_branch(o, references=True) for o in ops],
+            },
         },
     }
 
 
-def _op_branch(o: OpDef) -> dict[str, Any]:
+def _op_branch(o: OpDef, *, references: bool = False) -> dict[str, Any]:
     props: dict[str, Any] = {key: True for key in NODE_KEYS}
-    props.update({p.name: p.schema() for p in o.params})
+    for p in o.params:
+        props[p.name] = {"anyOf": [p.schema(), {"$ref": "#/$defs/param_ref"}]} if references else p.schema()
     then: dict[str, Any] = {"properties": props, "additionalProperties": False}
     required = [p.name for p in o.params if p.required]
     if required:

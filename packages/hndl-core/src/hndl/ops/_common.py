@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._contracts import DTYPE_CATEGORIES, TensorType, Variadic, format_shape, unknown_dim
+from .._contracts import DTYPE_CATEGORIES, TensorType, Variadic, format_shape, never_equal, unknown_dim
 from .._dims import Dim, dim_add, dim_floordiv, dim_mul, dim_sub, format_dim
 from .._registry import InferError
 
@@ -73,7 +73,8 @@ def product(dims: Sequence[Dim]) -> Dim:
 
 
 def provably_different(a: Dim, b: Dim) -> bool:
-    return isinstance(a, int) and isinstance(b, int) and a != b
+    """Two different ints, or two symbolic dims equal at most at isolated values (``H-2`` and ``H``)."""
+    return (isinstance(a, int) and isinstance(b, int) and a != b) or never_equal(a, b)
 
 
 # --- broadcasting ---------------------------------------------------------------------------------------
@@ -89,7 +90,7 @@ def broadcast_dim(a: Dim, b: Dim) -> Dim | None:
         return a
     if a == 1:
         return b
-    if isinstance(a, int) and isinstance(b, int):
+    if (isinstance(a, int) and isinstance(b, int)) or never_equal(a, b):
         return None
     if isinstance(b, int):  # a symbolic: it must be 1 or b
         return b

@@ -1,7 +1,12 @@
 """Graph -> modules: one torch module per node, sized by inference, in a ``ModuleDict`` keyed ``n_<name>``.
 
 A ``graph`` node becomes a ``ModuleList`` with one ``ModuleDict`` per repetition, so a 12-layer block reads
-``nodes.n_blocks.11.n_attn...`` in the ``state_dict``, the way a hand-written ``ModuleList`` would.
+``nodes.n_blocks.11.n_attn...`` in the ``state_dict``, the way a hand-written ``ModuleList`` would; a graph used
+without ``repeat`` becomes its ``ModuleDict`` (``nodes.n_stem.n_conv...``).
+
+Tied parameters (a node's ``tie``) are made one ``Parameter`` after every layer is built, exactly as a
+hand-written model ties them (``lm_head.weight = wte.weight``): both names are in ``state_dict`` and in
+``named_parameters(remove_duplicate=False)``, ``parameters()`` yields it once, and ``copy.deepcopy`` keeps the tie.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from torch import nn
 from .._check import CheckedGraph, CheckedNode, check
 from .._errors import ProblemList
 from .._graph import Graph
-from .._plan import lower
+from .._plan import Plan, lower
 from .._registry import InferError
+from ..naming import suggestion
 
 if TYPE_CHECKING:
     from ._module import GraphModule
@@ -33,8 +39,11 @@ def build_module(graph: Graph, checked: CheckedGraph | None = None) -> GraphModu
             checked = check(graph)
         problems = ProblemList()
         nodes = build_nodes(checked, problems)
+        plan = lower(checked)
+        if not problems:
+            tie_parameters(plan, nodes, problems)
         problems.raise_if_any(title=f"graph '{graph.name}'")
-        return GraphModule(lower(checked), nodes)
+        return GraphModule(plan, nodes)
 
 
 # Builds in progress in this process, and whether the collector was on when the first of them began.
@@ -80,7 +89,10 @@ def build_nodes(cg: CheckedGraph, problems: ProblemList) -> nn.ModuleDict:
     for node in cg.nodes:
         key = node.path[-1]
         if node.body:
-            modules[key] = nn.ModuleList(build_nodes(sub, problems) for sub in node.body)
+            if node.indexed:
+                modules[key] = nn.ModuleList(build_nodes(sub, problems) for sub in node.body)
+            else:
+                modules[key] = build_nodes(node.body[0], problems)
             continue
         module = _build_leaf(node, problems)
         if module is not None:
@@ -115,4 +127,106 @@ def _build_leaf(node: CheckedNode, problems: ProblemList) -> nn.Module | None:
     return module
 
 
-__all__ = ["build_module", "build_nodes", "collection_paused"]
+def tie_parameters(plan: Plan, nodes: nn.ModuleDict, problems: ProblemList) -> None:
+    """Make each tied parameter the very ``Parameter`` of the node it names (both built by now).
+
+    Reports an unknown target (E_REF), a parameter the node's own layer does not have (E_PARAM), and two
+    shapes that differ (E_SHAPE, naming both nodes; the layouts must agree, torch ties no transposes).
+    """
+    layers = {step.node.qualname: (step.node, _module_at(nodes, step.node.path)) for step in plan.steps}
+    for step in plan.steps:
+        node = step.node
+        for own, target in node.ties.items():
+            owner = _layer_of(target, layers)
+            if owner is None:
+                problems.append_problem(
+                    node.problem(
+                        "E_REF",
+                        f"tie {own!r}: {target!r} names no layer of the graph",
+                        hint="tie to 'node.parameter' of a node with a layer (not a graph node)",
+                    )
+                )
+                continue
+            target_node, target_path = owner
+            source = _parameter(layers[target_node][1], target_path)
+            if source is None:
+                problems.append_problem(
+                    node.problem(
+                        "E_REF",
+                        f"tie {own!r}: {_describe(layers[target_node][0])} has no parameter {target_path!r}",
+                        hint=suggestion(target_path, _parameter_names(layers[target_node][1])),
+                    )
+                )
+                continue
+            layer = layers[node.qualname][1]
+            current = _parameter(layer, own)
+            if current is None:
+                problems.append_problem(
+                    node.problem(
+                        "E_PARAM",
+                        f"tie: the layer has no parameter {own!r} to share",
+                        expected=", ".join(_parameter_names(layer)) or "no parameters",
+                        actual=own,
+                        hint=suggestion(own, _parameter_names(layer)),
+                    )
+                )
+                continue
+            if tuple(current.shape) != tuple(source.shape):
+                swapped = tuple(current.shape) == tuple(reversed(source.shape))
+                problems.append_problem(
+                    node.problem(
+                        "E_SHAPE",
+                        f"tie {own!r} = {target!r}: {node.op} '{node.qualname}' has {own} of shape "
+                        f"{list(current.shape)}, {_describe(layers[target_node][0])} has {target_path} of "
+                        f"shape {list(source.shape)}",
+                        expected=list(current.shape),
+                        actual=list(source.shape),
+                        hint="the shapes are each other's transpose: a tie shares one tensor as it is, so the layouts "
+                        "must agree"
+                        if swapped
+                        else "size this node so that its parameter has the tied parameter's shape",
+                    )
+                )
+                continue
+            holder_path, _, name = own.rpartition(".")
+            holder = layer.get_submodule(holder_path) if holder_path else layer
+            setattr(holder, name, source)
+
+
+def _describe(node: CheckedNode) -> str:
+    return f"{node.op} '{node.qualname}'"
+
+
+def _module_at(nodes: nn.ModuleDict, path: tuple[str, ...]) -> nn.Module:
+    module: nn.Module = nodes
+    for key in path:
+        module = module._modules[key]  # type: ignore[assignment]
+    return module
+
+
+def _layer_of(target: str, layers: dict[str, tuple[CheckedNode, nn.Module]]) -> tuple[str, str] | None:
+    """``(qualified node, parameter path)`` for a qualified parameter name: the longest node name that prefixes it."""
+    head, _, tail = target.rpartition(".")
+    while head:
+        if head in layers:
+            return head, tail
+        head, _, rest = head.rpartition(".")
+        tail = f"{rest}.{tail}"
+    return None
+
+
+def _parameter(layer: nn.Module, name: str) -> nn.Parameter | None:
+    holder_path, _, leaf = name.rpartition(".")
+    try:
+        holder = layer.get_submodule(holder_path) if holder_path else layer
+    except AttributeError:
+        return None
+    value = holder._parameters.get(leaf)
+    return value if isinstance(value, nn.Parameter) else None
+
+
+def _parameter_names(layer: nn.Module) -> list[str]:
+    return [name for name, _ in layer.named_parameters(remove_duplicate=False)]
+
+
+__all__ = ["build_module", "build_nodes", "collection_paused", "tie_parameters"]

@@ -42,13 +42,16 @@ def spec_page(schema: dict[str, Any]) -> str:
     out.append(_props_table(defs["node"]["properties"], defs["node"]["required"]))
     out.append(
         f"\nNames match `{defs['name']['pattern']}`. A reference is {defs['ref']['description']}.\n"
-        "\n## Subgraphs\n\n`graphs` maps a name to a graph with its own `inputs`, `nodes` and `outputs`, used by "
-        "a node with `op: graph`.\n\n## Parameters by op\n\n"
+        "\n## Subgraphs\n\n`graphs` maps a name to a graph with its own `params`, `inputs`, `nodes` and "
+        "`outputs`, used by a node with `op: graph`. A graph's `params` declares its parameters with their "
+        "defaults; its nodes write `$name` (or an integer expression such as `$width*4`) for any parameter "
+        "value, and a use passes values with `params:`.\n\n## Parameters by op\n\n"
     )
     for branch in defs["node"]["allOf"]:
         name = branch["if"]["properties"]["op"]["const"]
         then = branch["then"]
-        params = {k: v for k, v in then["properties"].items() if k not in ("op", "in")}
+        # The node's own keys (op, in, tie, when) are `true` in every branch: only the op's parameters remain.
+        params = {k: v for k, v in then["properties"].items() if v is not True}
         out.append(f"### `{name}`\n\n")
         if params:
             out.append(_props_table(params, then.get("required", [])))
