@@ -115,3 +115,15 @@ def test_summary_refuses_what_it_cannot_summarise() -> None:
         hndl.summary("mlp.yaml")  # type: ignore[arg-type]
     with pytest.raises(hndl.HndlError, match="dim 'B' must be a positive int"):
         hndl.summary(hndl.load(ROOT / "examples" / "mlp.yaml"), B=0)
+
+
+def test_the_summary_of_a_symbolic_resnet18_has_no_row_wider_than_120_columns(capsys):
+    # Regression: symbolic multiply-adds of every conv over H and W expand to long polynomials; rows said them in
+    # full (394 columns). Rows now say "symbolic" and the totals wrap under their label.
+    from hndl.cli import main
+
+    assert main(["summary", str(ROOT / "examples" / "resnet18.yaml")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 120
+    assert any(line.startswith("conv1 ") and line.endswith("symbolic") for line in lines)
+    assert any(line.startswith("MACs:") for line in lines)

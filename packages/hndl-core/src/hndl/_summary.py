@@ -131,7 +131,7 @@ class Summary:
                 ", ".join(row.inputs),
                 ", ".join(row.output_shapes),
                 f"{row.params:,}",
-                _amount(row.macs),
+                _row_amount(row.macs),
             )
             for row in self.rows
         ]
@@ -147,6 +147,8 @@ class Summary:
         ]
         if not self.dims and (isinstance(self.macs, str) or isinstance(self.activation_bytes, str)):
             tail.append("(give dims for numbers: summary(model, B=8) or hndl summary FILE --dims B=8)")
+        # A symbolic total can be long: it wraps under its label rather than widening the output.
+        tail = [wrapped for line in tail for wrapped in textwrap.wrap(line, width, subsequent_indent=" " * 13)]
         return [printable(line) for line in head] + [printable(line) for line in table + tail]
 
     def __str__(self) -> str:
@@ -383,6 +385,18 @@ def _shape(shape: Sequence[Any] | None, env: Mapping[str, int]) -> str:
 
 
 _PREFIXES = ((10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "k"))
+
+
+#: The longest symbolic count a table row shows; a longer one is in the totals, and a row says to give dims.
+ROW_EXPRESSION_WIDTH = 16
+
+
+def _row_amount(value: int | str | None) -> str:
+    """A row's count: like :func:`_amount`, but a long symbolic expression (``9408*B+9408*B*((H-1)//2)+...``,
+    as a conv's multiply-adds over symbolic H and W expand) is shown as ``symbolic`` to keep the table narrow."""
+    if isinstance(value, str) and len(value) > ROW_EXPRESSION_WIDTH:
+        return "symbolic"
+    return _amount(value)
 
 
 def _amount(value: int | str | None, *, long: bool = False, unit: str = "") -> str:
