@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from torch import nn
 
 from .._check import CheckedGraph, CheckedNode, check
-from .._errors import ProblemList
+from .._errors import HndlError, ProblemList
 from .._graph import Graph
 from .._plan import lower
 from .._registry import InferError
@@ -32,8 +32,12 @@ def build_module(graph: Graph, checked: CheckedGraph | None = None) -> GraphModu
         if checked is None:
             checked = check(graph)
         problems = ProblemList()
-        nodes = build_nodes(checked, problems)
-        problems.raise_if_any(title=f"graph '{graph.name}'")
+        causes: list[BaseException] = []
+        nodes = build_nodes(checked, problems, causes)
+        if problems:
+            # The message has the first line of each failure; the first failure itself stays chained, traceback
+            # and all, for whoever needs more than that line.
+            raise HndlError(problems.problems, title=f"graph '{graph.name}'") from (causes[0] if causes else None)
         return GraphModule(lower(checked), nodes)
 
 
@@ -75,20 +79,34 @@ def collection_paused() -> Iterator[None]:
                 gc.enable()
 
 
-def build_nodes(cg: CheckedGraph, problems: ProblemList) -> nn.ModuleDict:
+def build_nodes(cg: CheckedGraph, problems: ProblemList, causes: list[BaseException] | None = None) -> nn.ModuleDict:
+    """The modules of ``cg``'s nodes; a node whose builder fails adds a problem, and its exception to ``causes``."""
     modules = nn.ModuleDict()
     for node in cg.nodes:
         key = node.path[-1]
         if node.body:
-            modules[key] = nn.ModuleList(build_nodes(sub, problems) for sub in node.body)
+            modules[key] = nn.ModuleList(build_nodes(sub, problems, causes) for sub in node.body)
             continue
-        module = _build_leaf(node, problems)
+        module = _build_leaf(node, problems, causes)
         if module is not None:
             modules[key] = module
     return modules
 
 
-def _build_leaf(node: CheckedNode, problems: ProblemList) -> nn.Module | None:
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """``Type: first line of the message``, cut to about ``limit`` characters: torch's errors often carry a C++
+    stack trace after their first line, which belongs in the chained exception, not in hndl's message."""
+    try:
+        text = str(exc).strip()
+    except Exception:  # a message that cannot be formatted (an integer too long to print)
+        text = ""
+    line = text.splitlines()[0] if text else ""
+    if len(line) > limit:
+        line = line[: limit - 3] + "..."
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def _build_leaf(node: CheckedNode, problems: ProblemList, causes: list[BaseException] | None) -> nn.Module | None:
     try:
         module = node.opdef.build(node.params, node.in_types)
     except InferError as exc:
@@ -97,12 +115,9 @@ def _build_leaf(node: CheckedNode, problems: ProblemList) -> nn.Module | None:
         )
         return None
     except Exception as exc:  # a builder (often torch's own constructor) rejected the parameters
-        problems.append_problem(
-            node.problem(
-                "E_PARAM",
-                f"building the layer failed: {type(exc).__name__}: {exc}",
-            )
-        )
+        problems.append_problem(node.problem("E_PARAM", f"building the layer failed: {first_line(exc)}"))
+        if causes is not None:
+            causes.append(exc)
         return None
     if not isinstance(module, nn.Module):
         problems.append_problem(
