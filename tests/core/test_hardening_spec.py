@@ -39,24 +39,24 @@ def test_a_spec_longer_than_the_text_limit_is_refused_before_it_is_parsed(tmp_pa
     path = tmp_path / "big.yaml"
     path.write_text(text)
     for source in (text, text.encode()):
-        start = time.perf_counter()
+        start = time.process_time()
         error = spec_error(source)
-        assert time.perf_counter() - start < 1
+        assert time.process_time() - start < 1
         assert error.code == "E_SPEC"
         assert "longer than 2,000,000" in error.problems[0].message
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(hndl.HndlError) as info:
         hndl.load(path)
-    assert time.perf_counter() - start < 1
+    assert time.process_time() - start < 1
     assert info.value.problems[0].message == f"spec file {str(path)!r} is longer than 2,000,000 bytes"
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
 def test_loading_an_endless_file_reads_at_most_the_limit() -> None:
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(hndl.HndlError) as info:
         hndl.load(Path("/dev/zero"))
-    assert time.perf_counter() - start < 1
+    assert time.process_time() - start < 1
     assert info.value.problems[0].message == "spec file '/dev/zero' is longer than 2,000,000 bytes"
 
 
@@ -64,9 +64,9 @@ def test_values_are_counted_while_parsing_not_after(monkeypatch: pytest.MonkeyPa
     # With a limit of 1,000 values, a list of 300,000 stops at the 1,001st: reading all of it takes seconds.
     monkeypatch.setattr(_yaml_reader, "MAX_VALUES", 1000)
     text = "hndl: 1\nx: [" + "7, " * 300_000 + "]\n"
-    start = time.perf_counter()
+    start = time.process_time()
     error = spec_error(text)
-    assert time.perf_counter() - start < 1
+    assert time.process_time() - start < 1
     (problem,) = error.problems
     assert problem.message == "the spec has more than 1,000 values"
     # The 1,001st value: after the document, its version 1 and the list, the 998th item (item 997 from 0).
@@ -81,18 +81,19 @@ def test_aliases_that_expand_past_the_value_limit_are_still_refused() -> None:
 
 
 def test_a_long_list_stops_at_the_value_limit_quickly() -> None:
-    # 250,000 values in 500 kB: under the text limit, so the value limit must stop the parser early.
-    start = time.perf_counter()
+    # 250,000 values in 500 kB: under the text limit, so the value limit must stop the parser early. Timed in
+    # CPU time (process_time), so other load on the machine does not make it fail.
+    start = time.process_time()
     error = spec_error("hndl: 1\nx: [" + "1," * 250_000 + "]\n")
-    assert time.perf_counter() - start < 3  # about 1 s on a busy machine; reading it all took 6 s
+    assert time.process_time() - start < 3  # about 1 s on a busy machine; reading it all took 6 s
     assert [p.message for p in error.problems] == ["the spec has more than 50,000 values"]
 
 
 def test_deep_nesting_stops_at_the_depth_limit_quickly() -> None:
     # The YAML scanner's cost grows with the square of the nesting: 50,000 brackets took seconds.
-    start = time.perf_counter()
+    start = time.process_time()
     (problem,) = spec_error("hndl: 1\nx: " + "[" * 50_000 + "]" * 50_000 + "\n").problems
-    assert time.perf_counter() - start < 1
+    assert time.process_time() - start < 1
     assert (problem.message, problem.location) == ("values are nested more than 64 levels deep", "<string>:2:68")
 
 

@@ -7,14 +7,17 @@ A ``graph`` node becomes a ``ModuleList`` with one ``ModuleDict`` per repetition
 from __future__ import annotations
 
 import gc
+import itertools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+import torch
 from torch import nn
 
 from .._check import CheckedGraph, CheckedNode, check
+from .._contracts import FLOAT_DTYPES
 from .._errors import HndlError, ProblemList
 from .._graph import Graph
 from .._plan import lower
@@ -127,7 +130,22 @@ def _build_leaf(node: CheckedNode, problems: ProblemList, causes: list[BaseExcep
             )
         )
         return None
+    _follow_input_dtype(node, module)
     return module
+
+
+def _follow_input_dtype(node: CheckedNode, module: nn.Module) -> None:
+    """A layer whose floating inputs are declared with one concrete float dtype (``float64``) gets its floating
+    parameters and buffers in that dtype: torch builds layers in its default dtype (``float32``), and a
+    ``float64`` input would otherwise fail at every call (``mat1 and mat2 must have the same dtype``). Inputs
+    declared ``float`` (the default) leave the layer as torch built it."""
+    declared = {t.dtype for t in node.in_types if t.dtype in FLOAT_DTYPES}
+    if len(declared) != 1:
+        return
+    dtype = getattr(torch, declared.pop())
+    tensors = itertools.chain(module.parameters(), module.buffers())
+    if any(t.is_floating_point() and t.dtype != dtype for t in tensors):
+        module.to(dtype)
 
 
 __all__ = ["build_module", "build_nodes", "collection_paused"]
