@@ -180,3 +180,14 @@ def test_unknown_references_and_ops_echo_a_short_excerpt() -> None:
     for problem in info.value.problems:
         assert len(problem.message) < 120, problem.message
     assert len(str(info.value)) < 600
+
+
+@pytest.mark.parametrize("key", ["self", "op"])
+def test_a_parameter_named_like_graph_adds_own_arguments_is_an_hndl_error(key: str) -> None:
+    # Graph.add(op, ..., self=1) used to raise TypeError ("got multiple values for argument 'self'").
+    g = hndl.Graph("g")
+    x = g.input("x", ("B", 4))
+    g.output(g.add("relu", x, name="r", **{key: 1}))
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.check(g)
+    assert (info.value.code, info.value.problems[0].message) == ("E_PARAM", f"unknown parameter {key!r}")

@@ -163,7 +163,7 @@ class Graph:
         self.inputs[name] = InputSpec(name, contract)
         return Handle(self, name)
 
-    def add(self, op: str, *inputs: Ref | Sequence[Ref], name: str | None = None, **params: Any) -> Handle:
+    def add(self, op: str, /, *inputs: Ref | Sequence[Ref], name: str | None = None, **params: Any) -> Handle:
         """Add a node running ``op`` on ``inputs`` and return its handle.
 
         Args:
@@ -171,6 +171,8 @@ class Graph:
             *inputs: handles (or reference strings) of the values it consumes; a list counts as several.
             name: the node's name; generated from the op (``linear``, ``linear_1``, ...) when omitted.
             **params: the op's parameters. Parameters that follow from shapes (``in_features``) are inferred.
+                ``op`` is positional-only, so a parameter may be called ``self`` or ``op`` (the checker then says
+                whether the op takes it) without a TypeError.
                 For ``op="graph"``, ``graph=`` may be a :class:`Graph`, which is added to :attr:`graphs`.
 
         Raises:
