@@ -11,7 +11,8 @@
 - fuzz: the spec fuzzer (tests/fuzz/fuzz_specs.py) for a time budget, 10 minutes unless told otherwise:
   ``nox -s fuzz -- --seconds 60`` (or ``HNDL_FUZZ_SECONDS=60``); other options: ``-- --help``. It exits non-zero
   when any case raised anything but HndlError, ran too long, or failed to round-trip, and says where the
-  reproducers are.
+  reproducers are. Then the runtime fuzzer (tests/fuzz/fuzz_runtime.py, ``HNDL_FUZZ_RUNTIME_SECONDS``, 60 s):
+  random valid graphs whose checked, fast and unchecked calls must agree.
 """
 
 from __future__ import annotations
@@ -127,9 +128,11 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def fuzz(session: nox.Session) -> None:
-    """Mutated spec files through load, check and a meta-device build for a time budget; reports every failure."""
+    """Mutated spec files through load, check and a meta-device build for a time budget, then random valid graphs
+    called on the checked, fast and unchecked paths; reports every failure."""
     session.install(*TORCH_213, CORE)
     session.run("python", "tests/fuzz/fuzz_specs.py", *session.posargs)
+    session.run("python", "tests/fuzz/fuzz_runtime.py")
 
 
 # --- interop (issue 13): other torch releases and the optional ONNX extra -----------------------------------

@@ -163,7 +163,7 @@ def test_random_bytes_raise_hndl_error(data: bytes) -> None:
 
 # "op" and "in" are node keys, "name" is Graph.add's own keyword: none of them can be a parameter.
 param_keys = st.text(alphabet=string.ascii_lowercase + "_", min_size=1, max_size=6).filter(
-    lambda k: k not in ("op", "in", "name")
+    lambda k: k not in ("op", "in", "name", "tie", "when")  # node keys
 )
 param_values = st.recursive(
     st.one_of(

@@ -18,16 +18,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._contracts import Contract, TensorType, dtype_satisfies, format_shape
+from ._dims import DimError
 from ._errors import Problem, ProblemList
 from ._graph import Graph, Node
 from ._graph_params import bind_node, repetition_params, seed_env
 from ._infer import BoundPorts, Report, active_ports, bind_ports, infer_node, input_count_words
-from ._param_types import excerpt
-from ._registry import OpDef, Params
+from ._registry import OpDef, Params, registry
 from ._resolve import order_nodes, output_count, resolve_op, resolve_ref, validate_params
-from .naming import suggestion
+from .naming import excerpt, suggestion
 
-__all__ = ["CheckedGraph", "CheckedNode", "check"]
+__all__ = ["MAX_EXPANDED_NODES", "CheckedGraph", "CheckedNode", "check"]
+
+#: The most leaf nodes a graph may expand to, subgraph repetitions included: ``repeat`` is at most 1,000 per
+#: node, but repetitions nest, and three levels of 1,000 would be a billion nodes to check and build.
+MAX_EXPANDED_NODES = 100_000
 
 
 @dataclass
@@ -102,6 +106,8 @@ class _Checker:
 
     def check_root(self) -> CheckedGraph | None:
         g = self.root
+        if not self._within_node_limit():
+            return None
         types: dict[str, TensorType] = {}
         for name, spec in g.inputs.items():
             types[name] = spec.contract.static_type()
@@ -155,7 +161,10 @@ class _Checker:
                 and None not in in_ids
                 and None not in in_types
             ):
-                checked = self._check_node(node, opdef, params, in_ids, in_types, out_ids, prefix, path)  # type: ignore[arg-type]
+                try:
+                    checked = self._check_node(node, opdef, params, in_ids, in_types, out_ids, prefix, path)  # type: ignore[arg-type]
+                except DimError as exc:  # a dim past the bounds of _dims (too large, too many terms, too deep)
+                    self.problems.add("E_SHAPE", str(exc), node=qual, op=opdef.name, location=node.where("in"))
                 if checked is not None and node.tie:
                     checked.ties = self._ties(g, node, qual, prefix)
             if checked is None:
@@ -356,7 +365,7 @@ class _Checker:
         if sub is None:
             report(
                 "E_REF",
-                f"unknown graph {name!r}",
+                f"unknown graph {excerpt(name)}",
                 key="graph",
                 hint=suggestion(name, self.library) or "define it under 'graphs:'",
             )
@@ -408,6 +417,41 @@ class _Checker:
             self.active.pop()
         checked.out_types = list(current)
         return checked
+
+    def _within_node_limit(self) -> bool:
+        """Whether the root expands to at most :data:`MAX_EXPANDED_NODES` leaf nodes (reported if not), counted
+        from the nodes as written before anything is checked, so a nest of repetitions costs nothing."""
+        sizes: dict[str, int] = {}
+
+        def size(g: Graph, active: tuple[str, ...]) -> int:
+            return min(sum(node_size(n, active) for n in g.nodes.values()), MAX_EXPANDED_NODES + 1)
+
+        def node_size(node: Node, active: tuple[str, ...]) -> int:
+            name, repeat = node.params.get("graph"), node.params.get("repeat", 1)
+            opdef = registry.find(node.op) if isinstance(node.op, str) else None
+            if opdef is None or not opdef.runs_subgraph or not isinstance(name, str) or name not in self.library:
+                return 1
+            if name in active:  # a cycle: reported by the walk
+                return 1
+            if name not in sizes:
+                sizes[name] = size(self.library[name], (*active, name))
+            times = repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat > 0 else 1
+            return min(times * sizes[name], MAX_EXPANDED_NODES + 1)
+
+        contributions = [(node_size(n, ()), n) for n in self.root.nodes.values()]
+        total = sum(c for c, _ in contributions)
+        if total <= MAX_EXPANDED_NODES:
+            return True
+        _, largest = max(contributions, key=lambda cn: cn[0])
+        self.problems.add(
+            "E_PARAM",
+            f"graph '{self.root.name}' expands to more than {MAX_EXPANDED_NODES:,} nodes with its subgraphs repeated",
+            node=largest.name,
+            op=largest.op,
+            location=largest.where("repeat"),
+            hint="repetitions multiply when subgraphs nest; repeat fewer times",
+        )
+        return False
 
     @staticmethod
     def _match_subgraph_inputs(

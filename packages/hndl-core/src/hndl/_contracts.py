@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._dims import Dim, DimError, FloorDiv, Poly, dim_sub, format_dim, free_symbols, parse_dim, substitute
-from .naming import dtype_name
+from .naming import dtype_name, excerpt
 
 __all__ = [
     "DTYPES",
@@ -151,7 +151,7 @@ class ShapePattern:
         elif isinstance(spec, (list, tuple)):
             raw = list(spec)
         else:
-            raise ValueError(f"a shape must be a list such as [B, 784], not {type(spec).__name__} {spec!r}")
+            raise ValueError(f"a shape must be a list such as [B, 784], not {type(spec).__name__} {excerpt(spec)}")
         entries: list[Entry] = []
         dims: list[Dim | None] = []
         variadic = None
@@ -164,7 +164,7 @@ class ShapePattern:
                 try:
                     parse_dim(name)
                 except DimError:
-                    raise ValueError(f"{item!r} is not a valid variadic entry; write '*name'") from None
+                    raise ValueError(f"{excerpt(item)} is not a valid variadic entry; write '*name'") from None
                 variadic, variadic_name = i, name
                 entries.append(item)
                 dims.append(None)
@@ -172,9 +172,9 @@ class ShapePattern:
             try:
                 d = parse_dim(item)
             except DimError as exc:
-                raise ValueError(f"bad shape entry {item!r}: {exc}") from None
+                raise ValueError(f"bad shape entry {excerpt(item)}: {exc}") from None
             if isinstance(d, int) and d < 0:
-                raise ValueError(f"shape entry {item!r} is negative")
+                raise ValueError(f"shape entry {excerpt(item)} is negative")
             entries.append(d if isinstance(d, int) else str(item).strip())
             dims.append(d)
         return cls(tuple(entries), tuple(dims), variadic, variadic_name)

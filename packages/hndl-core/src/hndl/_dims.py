@@ -7,13 +7,22 @@ integer arithmetic on ``+ - *`` compare equal with ``==`` (``D+E == E+D``, ``2*(
 that folds to a constant becomes an ``int``.
 
 Expressions are parsed by a small recursive-descent parser; nothing is ever ``eval``-ed.
+
+Shapes may come from untrusted spec files, so the work and the size of a dim are bounded, each bound a
+:class:`DimError` (``E_SPEC`` in a contract, ``E_SHAPE`` in inference): an expression is at most
+:data:`MAX_EXPR_CHARS` characters and nests at most :data:`MAX_NESTING` levels (parentheses, unary minus, floor
+divisions inside floor divisions); a polynomial has at most :data:`MAX_TERMS` terms (a product of sums expands
+term by term: ``(A+...+J)**12`` would have millions); and every number in a dim, a constant or a coefficient, is
+at most :data:`MAX_DIM` in magnitude (torch sizes are 64-bit), so no dim is too long to print.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .naming import excerpt
 
 __all__ = [
     "Dim",
@@ -32,6 +41,15 @@ __all__ = [
 
 SYMBOL_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
+#: The longest dimension expression accepted, in characters.
+MAX_EXPR_CHARS = 1000
+#: How deep an expression may nest: parentheses, unary minus, and floor divisions inside floor divisions.
+MAX_NESTING = 32
+#: The most terms a dimension polynomial may have (checked before a product is expanded).
+MAX_TERMS = 256
+#: The largest magnitude of a number in a dim (a constant or a coefficient): torch sizes are 64-bit integers.
+MAX_DIM = 2**63 - 1
+
 
 class DimError(ValueError):
     """A dimension expression is malformed or cannot be evaluated (unbound symbol, division by zero)."""
@@ -43,6 +61,8 @@ class FloorDiv:
 
     num: Dim
     den: Dim
+    #: How many floor divisions this one nests, itself included (bounded by :data:`MAX_NESTING`); not compared.
+    depth: int = field(default=1, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{_wrap(self.num)}//{_wrap(self.den)}"
@@ -72,7 +92,19 @@ class Poly:
 Dim = int | Poly
 
 
+def _bounded(value: int) -> int:
+    """``value``, or :class:`DimError` when it is beyond :data:`MAX_DIM` (a dim no tensor can have)."""
+    if -MAX_DIM <= value <= MAX_DIM:
+        return value
+    size = f"{value:.3e}" if value.bit_length() < 1000 else f"a number of {value.bit_length():,} bits"
+    raise DimError(f"a dimension grows to {size}, beyond the limit of 2**63-1")
+
+
 def _make(coeffs: dict[Monomial, int]) -> Dim:
+    for c in coeffs.values():
+        _bounded(c)
+    if len(coeffs) > MAX_TERMS:
+        raise DimError(f"a dimension expression expands to more than {MAX_TERMS} terms")
     items = tuple(
         sorted(((m, c) for m, c in coeffs.items() if c != 0), key=lambda mc: (not mc[0], [_atom_key(a) for a in mc[0]]))
     )
@@ -100,7 +132,7 @@ def symbol(name: str) -> Poly:
 
 def dim_add(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
-        return a + b
+        return _bounded(a + b)
     out = _coeffs(a)
     for m, c in _coeffs(b).items():
         out[m] = out.get(m, 0) + c
@@ -113,10 +145,13 @@ def dim_sub(a: Dim, b: Dim) -> Dim:
 
 def dim_mul(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
-        return a * b
+        return _bounded(a * b)
     out: dict[Monomial, int] = {}
-    for ma, ca in _coeffs(a).items():
-        for mb, cb in _coeffs(b).items():
+    left, right = _coeffs(a), _coeffs(b)
+    if len(left) * len(right) > MAX_TERMS:  # refused before the work: a product of sums grows exponentially
+        raise DimError(f"a dimension expression expands to more than {MAX_TERMS} terms")
+    for ma, ca in left.items():
+        for mb, cb in right.items():
             m = tuple(sorted(ma + mb, key=_atom_key))
             out[m] = out.get(m, 0) + ca * cb
     return _make(out)
@@ -140,10 +175,20 @@ def dim_floordiv(a: Dim, b: Dim) -> Dim:
             return dim_add(_make(whole), dim_floordiv(rest, b))
         inner = _lone_floordiv(rest)
         if inner is not None and b > 0 and isinstance(inner.den, int) and inner.den > 0:
-            return dim_floordiv(inner.num, inner.den * b)
+            return dim_floordiv(inner.num, _bounded(inner.den * b))
     elif a == b:
         return 1
-    return Poly(((((FloorDiv(a, b),)), 1),))
+    depth = 1 + max(_nesting(a), _nesting(b))
+    if depth > MAX_NESTING:
+        raise DimError(f"a dimension nests floor divisions more than {MAX_NESTING} levels deep")
+    return Poly(((((FloorDiv(a, b, depth),)), 1),))
+
+
+def _nesting(d: Dim) -> int:
+    """How many floor divisions ``d`` nests."""
+    if isinstance(d, int):
+        return 0
+    return max((a.depth for m, _ in d.terms for a in m if isinstance(a, FloorDiv)), default=0)
 
 
 def _lone_floordiv(d: Dim) -> FloorDiv | None:
@@ -250,16 +295,18 @@ def parse_dim(text: str | int) -> Dim:
     if isinstance(text, bool):
         raise DimError(f"a dimension must be an int or a symbol, not {text!r}")
     if isinstance(text, int):
-        return text
+        return _bounded(text)
     if not isinstance(text, str):
         raise DimError(f"a dimension must be an int or a symbol, not {type(text).__name__} {text!r}")
+    if len(text) > MAX_EXPR_CHARS:
+        raise DimError(f"a dimension expression is longer than {MAX_EXPR_CHARS:,} characters")
     tokens: list[str] = []
     pos = 0
     stripped = text.rstrip()
     while pos < len(stripped):
         m = _TOKEN_RE.match(stripped, pos)
         if not m:
-            raise DimError(f"cannot parse dimension {text!r} at {stripped[pos:]!r}")
+            raise DimError(f"cannot parse dimension {excerpt(text)} at {excerpt(stripped[pos:])}")
         tokens.append(m.group(m.lastindex or 0))
         pos = m.end()
     if not tokens:
@@ -267,13 +314,14 @@ def parse_dim(text: str | int) -> Dim:
     parser = _Parser(tokens, text)
     value = parser.expr()
     if parser.i != len(tokens):
-        raise DimError(f"cannot parse dimension {text!r}: unexpected {tokens[parser.i]!r}")
+        raise DimError(f"cannot parse dimension {excerpt(text)}: unexpected {tokens[parser.i]!r}")
     return value
 
 
 class _Parser:
     def __init__(self, tokens: list[str], text: str) -> None:
         self.tokens, self.text, self.i = tokens, text, 0
+        self.depth = 0  # open parentheses and unary minuses: each is a level of recursion
 
     def peek(self) -> str | None:
         return self.tokens[self.i] if self.i < len(self.tokens) else None
@@ -281,7 +329,7 @@ class _Parser:
     def take(self) -> str:
         tok = self.peek()
         if tok is None:
-            raise DimError(f"cannot parse dimension {self.text!r}: it ends too early")
+            raise DimError(f"cannot parse dimension {excerpt(self.text)}: it ends too early")
         self.i += 1
         return tok
 
@@ -303,18 +351,25 @@ class _Parser:
 
     def factor(self) -> Dim:
         tok = self.take()
-        if tok == "-":
-            return dim_mul(-1, self.factor())
-        if tok == "(":
-            value = self.expr()
-            if self.take() != ")":
-                raise DimError(f"cannot parse dimension {self.text!r}: missing ')'")
+        if tok in ("-", "("):
+            self.depth += 1
+            if self.depth > MAX_NESTING:
+                raise DimError(f"a dimension expression nests more than {MAX_NESTING} levels deep")
+            if tok == "-":
+                value = dim_mul(-1, self.factor())
+            else:
+                value = self.expr()
+                if self.take() != ")":
+                    raise DimError(f"cannot parse dimension {excerpt(self.text)}: missing ')'")
+            self.depth -= 1
             return value
         if tok.isdigit():
-            return int(tok)
+            if len(tok) > 19:  # more digits than MAX_DIM has: refused before Python converts (and later prints) it
+                raise DimError(f"a dimension has a number of {len(tok):,} digits, beyond the limit of 2**63-1")
+            return _bounded(int(tok))
         if SYMBOL_RE.match(tok):
             return symbol(tok)
-        raise DimError(f"cannot parse dimension {self.text!r}: unexpected {tok!r}")
+        raise DimError(f"cannot parse dimension {excerpt(self.text)}: unexpected {tok!r}")
 
 
 def format_dim(d: Dim) -> str | int:

@@ -45,6 +45,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .naming import excerpt, printable
+
 __all__ = ["CODES", "HndlError", "Problem", "describe_node"]
 
 #: Every error code hndl uses, with its meaning. The docs generator documents each one from this table.
@@ -76,7 +78,10 @@ def _format_value(value: Any) -> str:
         return value
     if isinstance(value, (tuple, list)):
         return "[" + ", ".join(_format_value(v) for v in value) + "]"
-    return str(value)
+    try:
+        return str(value)
+    except Exception:  # an integer too long to print (more than 4,300 digits), a value whose __str__ fails
+        return excerpt(value)
 
 
 @dataclass
@@ -107,12 +112,16 @@ class Problem:
     hint: str | None = None
 
     def headline(self) -> str:
-        """The first line: ``location: CODE op 'node' port 'p': message``."""
+        """The first line: ``location: CODE op 'node' port 'p': message``.
+
+        Every field may hold text from a spec (names, values, the file name), so each is passed through
+        :func:`~hndl.naming.printable`: a control character cannot start a line of its own or reach a terminal.
+        """
         who = describe_node(self.op, self.node)
         if self.port is not None:
             who = f"{who} port '{self.port}'" if who else f"port '{self.port}'"
         head = f"{self.code} {who}: {self.message}" if who else f"{self.code}: {self.message}"
-        return f"{self.location}: {head}" if self.location else head
+        return printable(f"{self.location}: {head}" if self.location else head)
 
     def __str__(self) -> str:
         lines = [self.headline()]
@@ -124,7 +133,7 @@ class Problem:
             lines.append(f"    bound:    {bound}")
         if self.hint:
             lines.append(f"    hint:     {self.hint}")
-        return "\n".join(lines)
+        return "\n".join([lines[0], *(printable(line) for line in lines[1:])])
 
 
 class HndlError(Exception):
@@ -159,7 +168,7 @@ class HndlError(Exception):
         body = "\n".join(str(p) for p in self.problems)
         if len(self.problems) == 1 and self.title is None:
             return body
-        title = self.title or "graph"
+        title = printable(self.title or "graph")
         count = len(self.problems)
         noun = "problem" if count == 1 else "problems"
         return f"{count} {noun} in {title}:\n{body}"

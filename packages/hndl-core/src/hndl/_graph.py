@@ -22,6 +22,9 @@ from ._errors import HndlError, Problem
 __all__ = ["Graph", "Handle", "InputSpec", "Node"]
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: Input names a GraphModule could not take by keyword: ``model(self=x)`` collides with ``Module.__call__``'s
+#: own first parameter before hndl sees the call.
+RESERVED_INPUT_NAMES = frozenset({"self"})
 
 
 class Handle:
@@ -155,9 +158,18 @@ class Graph:
             device: ``"cpu"``, ``"cuda"``, ... to pin the input's device; any device by default.
 
         Raises:
-            HndlError: E_NAME for an invalid or taken name, E_SPEC for a malformed contract.
+            HndlError: E_NAME for an invalid or taken name (or ``self``), E_SPEC for a malformed contract.
         """
         self._claim(name, "input")
+        if name in RESERVED_INPUT_NAMES:
+            raise HndlError(
+                Problem(
+                    "E_NAME",
+                    f"input name {name!r} cannot be passed by keyword: torch's Module.__call__ takes it itself",
+                    node=name,
+                    hint="pick another name, such as 'x' or 'inputs'",
+                )
+            )
         try:
             contract = Contract.make(shape, dtype, device)
         except ValueError as exc:
@@ -168,6 +180,7 @@ class Graph:
     def add(
         self,
         op: str,
+        /,
         *inputs: Ref | Sequence[Ref],
         name: str | None = None,
         tie: Mapping[str, str] | None = None,
@@ -185,6 +198,8 @@ class Graph:
             when: whether the node exists; in a parameterised subgraph, ``"$name"`` of a bool parameter. A node
                 that does not exist passes its one input through.
             **params: the op's parameters. Parameters that follow from shapes (``in_features``) are inferred.
+                ``op`` is positional-only, so a parameter may be called ``self`` or ``op`` (the checker then says
+                whether the op takes it) without a TypeError.
                 For ``op="graph"``, ``graph=`` may be a :class:`Graph`, which is added to :attr:`graphs`.
 
         Raises:

@@ -20,8 +20,7 @@ from typing import Any
 
 from ._dims import DimError, evaluate, free_symbols, parse_dim
 from ._graph import Graph, Node
-from ._param_types import excerpt
-from .naming import suggestion
+from .naming import excerpt, suggestion
 
 __all__ = ["PREFIX", "bind_node", "is_reference", "repetition_params"]
 

@@ -179,9 +179,13 @@ def _fill_inferred(opdef: OpDef, params: Params, env: Mapping[str, Any], report:
         bound = env.get(p.name)
         if isinstance(bound, int):
             # A list-typed parameter (layernorm's normalized_shape) inferred from one dim is that dim.
-            values[p.name] = p.type.from_dim(bound)
-            continue
-        if bound is None:
+            value, reason = p.validate(p.type.from_dim(bound))
+            if not reason:
+                values[p.name] = value
+                continue
+            # The dim breaks the parameter's own bounds (conv2d on 0 channels): torch would fail at the call.
+            report("E_SHAPE", f"parameter {p.name!r} follows from an input dim that {reason}")
+        elif bound is None:
             report(
                 "E_PARAM",
                 f"parameter {p.name!r} could not be inferred from the inputs",

@@ -16,35 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._contracts import parse_dtype_rule
+from .naming import excerpt
 
-__all__ = ["PARAM_TYPES", "ParamType", "excerpt", "param_type", "printable"]
-
-#: How many characters of a value a message may echo: a spec may be untrusted, and a message is read in a
-#: terminal or a log, so a long value is cut and control characters stay escaped (``repr``).
-EXCERPT_LIMIT = 60
-
-
-def excerpt(value: Any, limit: int = EXCERPT_LIMIT) -> str:
-    """``repr(value)``, cut to about ``limit`` characters: what a message may echo of a value."""
-    try:
-        text = repr(_tuple_as_list(value))
-    except ValueError:  # an integer too long for Python to print (more than 4,300 digits)
-        text = f"<an integer of {value.bit_length()} bits>" if isinstance(value, int) else "<unprintable value>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def printable(text: str) -> str:
-    """``text`` with every character that is not printable (line breaks, tabs, escape codes, bidirectional
-    controls) written as its Python escape (``\\n``, ``\\x1b``, ``\\u202e``), and nothing else changed: how text
-    taken from a spec or a file name may appear inside a message, on one line, with no effect on a terminal."""
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
-
-
-def _tuple_as_list(value: Any) -> Any:
-    """Tuples (the normal form of list parameters) shown as the lists a user wrote."""
-    return list(value) if isinstance(value, tuple) else value
+__all__ = ["PARAM_TYPES", "ParamType", "param_type"]
 
 
 def describe_value(value: Any) -> str:

@@ -31,7 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._contracts import ShapePattern, TensorType, parse_dtype_rule
-from ._param_types import ParamType, excerpt, param_type
+from ._errors import HndlError, Problem
+from ._graph import NAME_RE
+from ._param_types import ParamType, param_type
+from .naming import excerpt
 
 __all__ = ["REQUIRED", "InferError", "OpDef", "Param", "Params", "Port", "op", "registry"]
 
@@ -444,10 +447,20 @@ def _opdefs(loaded: Any) -> list[OpDef]:
 
 
 #: Keys a node already uses in a spec file or in ``Graph.add``; a parameter cannot be named so.
-RESERVED_PARAM_NAMES = ("op", "in", "name")
+RESERVED_PARAM_NAMES = ("op", "in", "name", "tie", "when")
 
 
 def _validate_opdef(opdef: OpDef) -> None:
+    if not isinstance(opdef.name, str) or not NAME_RE.match(opdef.name):
+        # An op's name reaches generated code (a comment per step) and every message: like a node's name, it
+        # is an identifier, so no name can carry a line break or a quote into either.
+        raise HndlError(
+            Problem(
+                "E_NAME",
+                f"op name {excerpt(opdef.name)} is not valid",
+                hint="use letters, digits and underscores, not starting with a digit",
+            )
+        )
     for param in opdef.params:
         if param.name in RESERVED_PARAM_NAMES:
             raise ValueError(f"op {opdef.name!r}: a parameter cannot be named {param.name!r} (a node key)")

@@ -14,7 +14,7 @@ from typing import Any
 from ._errors import ProblemList
 from ._graph import Graph, Node, split_ref
 from ._registry import REQUIRED, OpDef, Params, registry
-from .naming import suggestion
+from .naming import EXCERPT_LIMIT, excerpt, suggestion
 
 __all__ = ["order_nodes", "resolve_op", "resolve_ref", "validate_params"]
 
@@ -65,14 +65,14 @@ def resolve_op(node: Node, qualname: str, problems: ProblemList) -> OpDef | None
     """The registered op ``node`` names, or ``None`` after reporting E_OP (with a did-you-mean)."""
     if not isinstance(node.op, str) or not node.op:
         problems.add(
-            "E_OP", f"op must be a non-empty string, got {node.op!r}", node=qualname, location=node.where("op")
+            "E_OP", f"op must be a non-empty string, got {excerpt(node.op)}", node=qualname, location=node.where("op")
         )
         return None
     opdef = registry.find(node.op)
     if opdef is None:
         problems.add(
             "E_OP",
-            f"unknown op {node.op!r}",
+            f"unknown op {excerpt(node.op)}",
             node=qualname,
             location=node.where("op"),
             hint=suggestion(node.op, registry.names()) or "see `python -m hndl.docs` for the ops",
@@ -101,7 +101,7 @@ def validate_params(
             )
             problems.add(
                 "E_PARAM",
-                f"unknown parameter {key!r}",
+                f"unknown parameter {excerpt(key)}",
                 node=qualname,
                 op=opdef.name,
                 location=node.where(key),
@@ -136,7 +136,7 @@ def validate_params(
     if not ok:
         return None
     if opdef.imports_code and not allow_imports:
-        what = repr(values["target"]) if "target" in values else f"code for op {opdef.name!r}"
+        what = excerpt(values["target"]) if "target" in values else f"code for op {opdef.name!r}"
         problems.add(
             "E_PARAM",
             f"importing {what} is refused: this spec was loaded without allow_imports",
@@ -187,7 +187,7 @@ def resolve_ref(
     op = node.op if node is not None else None
     where = node.where("in") if node is not None else location
     if not isinstance(ref, str):
-        problems.add("E_REF", f"a reference must be a string, got {ref!r}", node=qual, op=op, location=where)
+        problems.add("E_REF", f"a reference must be a string, got {excerpt(ref)}", node=qual, op=op, location=where)
         return None
     name, port = split_ref(ref)
     if name in ids and port is None:
@@ -201,7 +201,7 @@ def resolve_ref(
                 return outs[0]
             problems.add(
                 "E_REF",
-                f"{name!r} has {len(outs)} outputs; refer to one of them",
+                f"{excerpt(name)} has {len(outs)} outputs; refer to one of them",
                 node=qual,
                 op=op,
                 location=where,
@@ -212,19 +212,19 @@ def resolve_ref(
         if index is None:
             problems.add(
                 "E_REF",
-                f"{name!r} has no output port {port!r}",
+                f"{excerpt(name)} has no output port {excerpt(port)}",
                 node=qual,
                 op=op,
                 location=where,
                 expected=" or ".join(_port_names(g.nodes[name], len(outs))),
-                actual=port,
+                actual=port if len(port) <= EXCERPT_LIMIT else excerpt(port),
             )
             return None
         return outs[index]
     subject = "refers" if qual else "outputs refer"
     problems.add(
         "E_REF",
-        f"{subject} to unknown input or node {ref!r}",
+        f"{subject} to unknown input or node {excerpt(ref)}",
         node=qual,
         op=op,
         location=where,

@@ -13,8 +13,8 @@ import yaml
 
 from ._errors import HndlError, Problem, ProblemList
 from ._graph import Graph
-from ._param_types import excerpt
 from ._yaml_reader import CORE_RESOLVERS, STR
+from .naming import excerpt
 
 __all__ = ["FORMAT_VERSION", "NODE_KEYS", "dumps", "flow_yaml"]
 

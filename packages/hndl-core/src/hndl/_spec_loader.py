@@ -17,10 +17,9 @@ from typing import Any
 from ._contracts import Contract
 from ._errors import HndlError, Problem, ProblemList
 from ._graph import NAME_RE, Graph
-from ._param_types import excerpt, printable
 from ._spec_dumper import FORMAT_VERSION, NODE_KEYS, flow_yaml
 from ._yaml_reader import MAX_TEXT, Located, describe, read_yaml
-from .naming import suggestion
+from .naming import excerpt, printable, suggestion
 
 __all__ = ["load", "loads"]
 

@@ -21,8 +21,7 @@ from ._contracts import Variadic, format_shape
 from ._dims import Dim, dim_add, free_symbols, substitute
 from ._errors import HndlError, Problem
 from ._graph import Graph
-from ._param_types import excerpt, printable
-from .naming import suggestion
+from .naming import excerpt, printable, suggestion
 
 __all__ = ["Summary", "SummaryRow", "build_on_meta", "summary"]
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import yaml
 
 from ._errors import ProblemList
-from ._param_types import excerpt
+from .naming import excerpt
 
 __all__ = ["CORE_RESOLVERS", "MAX_INT_DIGITS", "MAX_TEXT", "Duplicate", "Located", "describe", "read_yaml"]
 

@@ -30,9 +30,9 @@ from . import __version__
 from ._check import check
 from ._errors import HndlError, Problem
 from ._graph import Graph
-from ._param_types import excerpt, printable
 from ._plan import lower
 from ._spec_loader import load, loads
+from .naming import excerpt, printable
 
 __all__ = ["main", "parser"]
 

@@ -12,7 +12,9 @@ from ._common import broadcast_shapes, open_at
 
 def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     if p.embed_dim % p.num_heads:
-        divisors = [h for h in range(1, p.embed_dim + 1) if p.embed_dim % h == 0]
+        # The divisors nearest num_heads, searched outward from it: embed_dim may be as large as 2**63.
+        window = range(max(1, p.num_heads - 1000), min(p.embed_dim, p.num_heads + 1000) + 1)
+        divisors = [h for h in window if p.embed_dim % h == 0] or [1]
         near = sorted(divisors, key=lambda h: (abs(h - p.num_heads), -h))[:2]
         raise InferError(
             f"embed_dim {p.embed_dim} is not divisible by num_heads={p.num_heads}",

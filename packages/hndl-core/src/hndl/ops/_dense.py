@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._contracts import TensorType
+from .._contracts import INT_DTYPES, TensorType
 from .._registry import InferError, Param, Params, Port, op
 
 
@@ -40,6 +40,17 @@ def _embedding_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
             param="padding_idx",
             expected=f"{-p.num_embeddings} .. {p.num_embeddings - 1}",
             actual=p.padding_idx,
+        )
+    if inputs[0].dtype in INT_DTYPES and inputs[0].dtype not in ("int32", "int64"):
+        # The port takes any integer dtype (the run-time check decides for "int"), but torch's embedding
+        # takes only int32 and int64 indices: a declared int8 or uint8 input would fail at every call.
+        raise InferError(
+            f"embedding takes int32 or int64 indices, got {inputs[0].dtype}",
+            code="E_DTYPE",
+            port="x",
+            expected="int32 or int64",
+            actual=inputs[0].dtype,
+            hint="declare the input int64 (or convert it with .long())",
         )
     shape = inputs[0].shape
     return [TensorType(None if shape is None else (*shape, p.embedding_dim), "float32")]

@@ -14,7 +14,7 @@ from .._contracts import TensorType, format_shape, unknown_dim
 from .._dims import Dim, dim_add, dim_floordiv, format_dim
 from .._registry import InferError, Param, Params, Port, op
 from ._common import norm_dim, open_at, open_index
-from ._shape import _split_infer
+from ._shape import MAX_PARTS, _split_infer
 
 # --- select ---------------------------------------------------------------------------------------------
 
@@ -142,7 +142,7 @@ def _chunk_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 @op(
     "chunk",
     params=[
-        Param("chunks", "int", min=1, doc="the number of equal parts (must divide the dim)"),
+        Param("chunks", "int", min=1, max=MAX_PARTS, doc="the number of equal parts (must divide the dim)"),
         Param("dim", "int", default=-1, doc="the dim to cut"),
     ],
     inputs=[Port("x", None, dtype="any")],

@@ -31,7 +31,26 @@ def _bn_params() -> list[Param]:
     ]
 
 
+def _check_bn_eps(p: Params) -> None:
+    if p.eps <= 0:
+        # torch's batch_norm refuses eps 0 in training mode, so the model would fail on its first call.
+        raise InferError(
+            f"eps must be > 0 for batch normalisation, got {p.eps}",
+            code="E_PARAM",
+            param="eps",
+            expected="> 0",
+            actual=p.eps,
+            hint="torch refuses eps 0 in training; the default is 1e-5",
+        )
+
+
+def _bn2d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    _check_bn_eps(p)
+    return [inputs[0]]
+
+
 def _bn1d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    _check_bn_eps(p)
     t = inputs[0]
     if t.shape is not None and open_at(t.shape) is None and len(t.shape) not in (2, 3):
         raise InferError(
@@ -64,7 +83,7 @@ def _bn_build(cls_name: str, p: Params) -> Any:
     outputs=[Port("y", ["N", "num_features", "*rest"], dtype="same:x")],
     infer=_bn1d_infer,
     module="torch.nn.BatchNorm1d",
-    inference="the input has rank 2 ([N, C]) or 3 ([N, C, L])",
+    inference="the input has rank 2 ([N, C]) or 3 ([N, C, L]); eps must be > 0",
     example={"op": "batchnorm1d"},
     input_shape_example=["B", 64],
 )
@@ -81,7 +100,9 @@ def batchnorm1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     params=_bn_params(),
     inputs=[Port("x", ["N", "num_features", "H", "W"], doc="batch, channels, height, width")],
     outputs=[Port("y", ["N", "num_features", "H", "W"], dtype="same:x")],
+    infer=_bn2d_infer,
     module="torch.nn.BatchNorm2d",
+    inference="eps must be > 0",
     example={"op": "batchnorm2d"},
     input_shape_example=["B", 64, 32, 32],
 )
@@ -97,6 +118,15 @@ def _trailing_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]
     """Check that the input ends with ``normalized_shape``; the output has the input's type."""
     t = inputs[0]
     ns = tuple(p.normalized_shape)
+    if not ns:
+        raise InferError(
+            "normalized_shape is empty",
+            code="E_PARAM",
+            param="normalized_shape",
+            expected="at least one dim",
+            actual="[]",
+            hint="omit it to normalise over the last dim",
+        )
     if t.shape is None:
         return [t]
     k = open_at(t.shape)

@@ -102,6 +102,10 @@ def _split_count(p: Mapping[str, Any]) -> int:
     raise ValueError("split needs sections or sizes")
 
 
+#: The most parts a split or chunk makes: each part is a value of the graph, made before the dim is checked.
+MAX_PARTS = 10_000
+
+
 def _split_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     if (p.sections is None) == (p.sizes is None):
         both = p.sections is not None
@@ -115,6 +119,8 @@ def _split_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
         raise InferError("'sizes' is empty", code="E_PARAM", param="sizes", expected="at least one size", actual="[]")
     t = inputs[0]
     count = _split_count(p)
+    if t.shape is not None and len(t.shape) == 0:
+        raise InferError("a 0-d input has no dim to split", port="x", expected="rank >= 1", actual="[]")
     index = None if t.shape is None else open_index(t.shape, p.dim)
     if t.shape is None or index is None:
         return [TensorType(None, t.dtype)] * count
@@ -133,6 +139,14 @@ def _split_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
                 hint="the sizes must add up to the length of the split dim",
             )
     else:
+        if length == 0 and p.sections > 1:
+            # torch.split returns one empty part, not ``sections`` of them: the node would lose outputs.
+            raise InferError(
+                f"dim {index} of the input has length 0, which cannot be split into {p.sections} sections",
+                port="x",
+                expected=f"dim {index} > 0",
+                actual=format_shape(t.shape),
+            )
         if isinstance(length, int) and length % p.sections:
             raise InferError(
                 f"{p.sections} sections do not divide dim {index} of the input ({length})",
@@ -153,7 +167,15 @@ def _split_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 @op(
     "split",
     params=[
-        Param("sections", "int", default=None, nullable=True, min=1, doc="number of equal parts (must divide the dim)"),
+        Param(
+            "sections",
+            "int",
+            default=None,
+            nullable=True,
+            min=1,
+            max=MAX_PARTS,
+            doc="number of equal parts (must divide the dim)",
+        ),
         Param(
             "sizes", "ints", default=None, nullable=True, min=0, doc="the size of each part (must add up to the dim)"
         ),

@@ -12,15 +12,18 @@ hand-written model ties them (``lm_head.weight = wte.weight``): both names are i
 from __future__ import annotations
 
 import gc
+import itertools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+import torch
 from torch import nn
 
 from .._check import CheckedGraph, CheckedNode, check
-from .._errors import ProblemList
+from .._contracts import FLOAT_DTYPES
+from .._errors import HndlError, ProblemList
 from .._graph import Graph
 from .._plan import Plan, lower
 from .._registry import InferError
@@ -38,11 +41,15 @@ def build_module(graph: Graph, checked: CheckedGraph | None = None) -> GraphModu
         if checked is None:
             checked = check(graph)
         problems = ProblemList()
-        nodes = build_nodes(checked, problems)
+        causes: list[BaseException] = []
+        nodes = build_nodes(checked, problems, causes)
         plan = lower(checked)
         if not problems:
             tie_parameters(plan, nodes, problems)
-        problems.raise_if_any(title=f"graph '{graph.name}'")
+        if problems:
+            # The message has the first line of each failure; the first failure itself stays chained, traceback
+            # and all, for whoever needs more than that line.
+            raise HndlError(problems.problems, title=f"graph '{graph.name}'") from (causes[0] if causes else None)
         return GraphModule(plan, nodes)
 
 
@@ -84,23 +91,37 @@ def collection_paused() -> Iterator[None]:
                 gc.enable()
 
 
-def build_nodes(cg: CheckedGraph, problems: ProblemList) -> nn.ModuleDict:
+def build_nodes(cg: CheckedGraph, problems: ProblemList, causes: list[BaseException] | None = None) -> nn.ModuleDict:
+    """The modules of ``cg``'s nodes; a node whose builder fails adds a problem, and its exception to ``causes``."""
     modules = nn.ModuleDict()
     for node in cg.nodes:
         key = node.path[-1]
         if node.body:
             if node.indexed:
-                modules[key] = nn.ModuleList(build_nodes(sub, problems) for sub in node.body)
+                modules[key] = nn.ModuleList(build_nodes(sub, problems, causes) for sub in node.body)
             else:
-                modules[key] = build_nodes(node.body[0], problems)
+                modules[key] = build_nodes(node.body[0], problems, causes)
             continue
-        module = _build_leaf(node, problems)
+        module = _build_leaf(node, problems, causes)
         if module is not None:
             modules[key] = module
     return modules
 
 
-def _build_leaf(node: CheckedNode, problems: ProblemList) -> nn.Module | None:
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """``Type: first line of the message``, cut to about ``limit`` characters: torch's errors often carry a C++
+    stack trace after their first line, which belongs in the chained exception, not in hndl's message."""
+    try:
+        text = str(exc).strip()
+    except Exception:  # a message that cannot be formatted (an integer too long to print)
+        text = ""
+    line = text.splitlines()[0] if text else ""
+    if len(line) > limit:
+        line = line[: limit - 3] + "..."
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def _build_leaf(node: CheckedNode, problems: ProblemList, causes: list[BaseException] | None) -> nn.Module | None:
     try:
         module = node.opdef.build(node.params, node.in_types)
     except InferError as exc:
@@ -109,12 +130,9 @@ def _build_leaf(node: CheckedNode, problems: ProblemList) -> nn.Module | None:
         )
         return None
     except Exception as exc:  # a builder (often torch's own constructor) rejected the parameters
-        problems.append_problem(
-            node.problem(
-                "E_PARAM",
-                f"building the layer failed: {type(exc).__name__}: {exc}",
-            )
-        )
+        problems.append_problem(node.problem("E_PARAM", f"building the layer failed: {first_line(exc)}"))
+        if causes is not None:
+            causes.append(exc)
         return None
     if not isinstance(module, nn.Module):
         problems.append_problem(
@@ -124,6 +142,7 @@ def _build_leaf(node: CheckedNode, problems: ProblemList) -> nn.Module | None:
             )
         )
         return None
+    _follow_input_dtype(node, module)
     return module
 
 
@@ -227,6 +246,20 @@ def _parameter(layer: nn.Module, name: str) -> nn.Parameter | None:
 
 def _parameter_names(layer: nn.Module) -> list[str]:
     return [name for name, _ in layer.named_parameters(remove_duplicate=False)]
+
+
+def _follow_input_dtype(node: CheckedNode, module: nn.Module) -> None:
+    """A layer whose floating inputs are declared with one concrete float dtype (``float64``) gets its floating
+    parameters and buffers in that dtype: torch builds layers in its default dtype (``float32``), and a
+    ``float64`` input would otherwise fail at every call (``mat1 and mat2 must have the same dtype``). Inputs
+    declared ``float`` (the default) leave the layer as torch built it."""
+    declared = {t.dtype for t in node.in_types if t.dtype in FLOAT_DTYPES}
+    if len(declared) != 1:
+        return
+    dtype = getattr(torch, declared.pop())
+    tensors = itertools.chain(module.parameters(), module.buffers())
+    if any(t.is_floating_point() and t.dtype != dtype for t in tensors):
+        module.to(dtype)
 
 
 __all__ = ["build_module", "build_nodes", "collection_paused", "tie_parameters"]

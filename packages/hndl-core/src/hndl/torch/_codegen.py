@@ -59,7 +59,7 @@ class Compiled:
 
 def module_expr(path: Sequence[str]) -> str:
     """``nodes['n_blocks'][0]['n_attn']`` for a path under ``nodes``."""
-    return "nodes" + "".join(f"[{int(k)}]" if k.isdigit() else f"[{k!r}]" for k in path)
+    return "nodes" + "".join(f"[{int(k)}]" if k.isdecimal() and k.isascii() else f"[{k!r}]" for k in path)
 
 
 def compile_graph(plan: Plan, hooked: Sequence[bool], guards: Sequence[str], label: str) -> Compiled:
@@ -93,7 +93,7 @@ def compile_graph(plan: Plan, hooked: Sequence[bool], guards: Sequence[str], lab
         # ``m{i}.forward`` is looked up on every call, so the layer's current code runs: a class whose
         # ``forward`` was patched, a subclass swapped in. A hooked or compiled layer goes through ``__call__``.
         call = f"m{i}" if hooked[i] else f"m{i}.forward"
-        body.append((f"{target} = {call}({call_args})  # {step.node.op} '{step.node.qualname}'", i))
+        body.append((f"{target} = {call}({call_args})  # {_comment(step.node.op, step.node.qualname)}", i))
         unchecked_body.append(f"{target} = {module_expr(step.node.path)}({call_args})")
         if dead[i]:
             # Drop each value right after the last step that reads it, as torch.fx does: a local would otherwise
@@ -158,6 +158,13 @@ def compile_graph(plan: Plan, hooked: Sequence[bool], guards: Sequence[str], lab
             linecache.cache.pop(old.filename, None)
         _cache[source] = compiled
     return compiled
+
+
+def _comment(op: str, qualname: str) -> str:
+    """``linear 'hidden'``: the op as an identifier (or its ``repr``), the node's name as a ``repr``. Names are
+    validated identifiers, but nothing a user chose reaches the generated source unescaped, comments included:
+    a line break in a comment would start a line of code."""
+    return f"{op if op.isidentifier() else repr(op)} {qualname!r}"
 
 
 def _dead_after(plan: Plan) -> list[list[str]]:
