@@ -167,6 +167,7 @@ def convert_state_dict(
                 Problem(
                     "E_PARAMS",
                     f"reference key {key!r} has no place in zoo:{entry}",
+                    expected=f"one of the {len(wanted)} keys of the reference",
                     actual=key,
                     hint=suggestion(key, [k for k in wanted if k not in reference])
                     or "is the state_dict from the reference implementation this entry names?",
