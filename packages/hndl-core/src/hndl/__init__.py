@@ -166,7 +166,7 @@ def draw(
 
 def __getattr__(name: str) -> Any:
     # torch is imported only when a model is built: describing and checking graphs must not need it.
-    if name in ("torch", "func", "docs"):
+    if name in ("torch", "func", "docs", "zoo"):
         import importlib
 
         try:

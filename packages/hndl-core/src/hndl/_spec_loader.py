@@ -46,7 +46,7 @@ def load(path: str | os.PathLike[str], *, allow_imports: bool = False) -> Graph:
     service that receives text can never be made to read a local file because the text named one.
 
     Args:
-        path: the file, as ``str`` or ``os.PathLike``.
+        path: the file, as ``str`` or ``os.PathLike``; ``"zoo:NAME"`` is the zoo entry (:func:`hndl.zoo.get`).
         allow_imports: whether the graph may use op ``module``, which imports a Python class by name when the
             model is built. Leave it off for files you did not write.
 
@@ -59,6 +59,10 @@ def load(path: str | os.PathLike[str], *, allow_imports: bool = False) -> Graph:
         HndlError: E_SPEC for a path that names no file or cannot be read, text passed instead of a path, and
             every problem with the spec's structure (see :func:`loads`).
     """
+    if isinstance(path, str) and path.startswith("zoo:"):  # a model zoo entry (hndl.zoo), not a file
+        from .zoo import get
+
+        return get(path)
     file = _path_of(path)
     try:
         # At most one byte past the limit: enough to know the file is too long, and /dev/zero ends too.

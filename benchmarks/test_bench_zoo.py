@@ -1,0 +1,211 @@
+"""Zoo benchmarks: hndl against the reference implementation on real models, and check/build time per entry.
+
+Runs where the references import: ``nox -s reference -- -m benchmark benchmarks/test_bench_zoo.py`` (torch 2.14.1
+with torchvision, timm, transformers); elsewhere every test skips. Each model is timed with
+:func:`harness._compare` (interleaved rounds, alternating order, fastest round's median per side), fewer rounds
+than the small-model benchmarks because one call takes up to a second. Both sides hold the same weights (loaded
+with ``hndl.zoo.load_reference_state_dict``) and one torch thread (benchmarks/conftest.py).
+
+Rows: eager inference under ``torch.no_grad()`` in eval mode; one training step (forward, ``sum`` of the output,
+backward, SGD step) in train mode; peak live activation bytes of one inference (benchmarks/memory.py). The last
+test writes docs/zoo-performance.md from this run's numbers (the page is generated, never typed). The issue's
+targets are 1.05x for every ratio; the asserted bounds are loose (gross regressions only), because a shared
+machine spreads big-model timings by several percent.
+"""
+
+from __future__ import annotations
+
+import importlib
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import hndl
+import hndl.zoo
+from harness import _compare
+from memory import peak_live_bytes
+
+pytestmark = pytest.mark.benchmark
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "zoo-performance.md"
+
+
+def _require(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except Exception as exc:  # torchvision raises RuntimeError, not ImportError, beside torch 2.13
+        pytest.skip(f"{module} does not import here ({type(exc).__name__}); run `nox -s reference`")
+
+
+def _gpt2() -> torch.nn.Module:
+    transformers = _require("transformers")
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config())
+
+
+@dataclass(frozen=True)
+class Case:
+    entry: str
+    label: str  # the input, as the table shows it
+    make_reference: Callable[[], torch.nn.Module]
+    make_input: Callable[[], torch.Tensor]
+    output: Callable[[Any], torch.Tensor] = lambda out: out
+
+
+CASES = [
+    Case(
+        "resnet18",
+        "batch 8, 224x224",
+        lambda: _require("torchvision.models").resnet18(),
+        lambda: torch.randn(8, 3, 224, 224),
+    ),
+    Case(
+        "resnet50",
+        "batch 4, 224x224",
+        lambda: _require("torchvision.models").resnet50(),
+        lambda: torch.randn(4, 3, 224, 224),
+    ),
+    Case(
+        "vit_b_16",
+        "batch 2, 224x224",
+        lambda: _require("torchvision.models").vit_b_16(),
+        lambda: torch.randn(2, 3, 224, 224),
+    ),
+    Case("gpt2", "batch 2, 256 tokens", _gpt2, lambda: torch.randint(0, 50257, (2, 256)), lambda out: out.logits),
+]
+
+#: Rows gathered by the tests, written to the page by test_write_page: entry -> column -> value.
+ROWS: dict[str, dict[str, Any]] = {}
+
+
+def _pair(case: Case) -> tuple[hndl.GraphModule, torch.nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    reference = case.make_reference()
+    model = hndl.build(hndl.zoo.get(case.entry))
+    hndl.zoo.load_reference_state_dict(model, case.entry, reference.state_dict())
+    return model, reference, case.make_input()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.entry for c in CASES])
+def test_inference(case: Case) -> None:
+    model, reference, x = _pair(case)
+    model.eval()
+    reference.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), case.output(reference(x)), atol=1e-4, rtol=1e-4)
+        result = _compare(lambda: model(x), lambda: case.output(reference(x)), rounds=4, repeat=3)
+    ROWS.setdefault(case.entry, {"input": case.label})["inference"] = result
+    print(f"\n{case.entry} inference: {result.hndl * 1e3:.1f} ms vs {result.twin * 1e3:.1f} ms, {result.ratio:.3f}x")
+    assert result.ratio < 1.3
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.entry for c in CASES])
+def test_training_step(case: Case) -> None:
+    model, reference, x = _pair(case)
+    model.train()
+    reference.train()
+    opt_model = torch.optim.SGD(model.parameters(), lr=1e-6)
+    opt_reference = torch.optim.SGD(reference.parameters(), lr=1e-6)
+
+    def step(forward: Callable[[], torch.Tensor], opt: torch.optim.Optimizer) -> None:
+        opt.zero_grad(set_to_none=True)
+        forward().float().mean().backward()
+        opt.step()
+
+    result = _compare(
+        lambda: step(lambda: model(x), opt_model),
+        lambda: step(lambda: case.output(reference(x)), opt_reference),
+        rounds=3,
+        repeat=2,
+    )
+    ROWS.setdefault(case.entry, {"input": case.label})["training"] = result
+    print(f"\n{case.entry} training step: {result.ratio:.3f}x")
+    assert result.ratio < 1.3
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.entry for c in CASES])
+def test_peak_live_activation_memory(case: Case) -> None:
+    model, reference, x = _pair(case)
+    model.eval()
+    reference.eval()
+    ours = peak_live_bytes(lambda: model(x))
+    theirs = peak_live_bytes(lambda: case.output(reference(x)))
+    ROWS.setdefault(case.entry, {"input": case.label})["memory"] = (ours, theirs)
+    print(f"\n{case.entry} peak live activations: {ours / 2**20:.1f} MiB vs {theirs / 2**20:.1f} MiB")
+    assert ours <= theirs * 1.05
+
+
+@pytest.mark.parametrize("name", hndl.zoo.names())
+def test_check_and_build_time(name: str) -> None:
+    graph = hndl.zoo.get(name)
+    start = time.perf_counter()
+    hndl.check(graph)
+    checked = time.perf_counter()
+    hndl.build(graph)
+    built = time.perf_counter()
+    ROWS.setdefault(name, {})["check"] = checked - start
+    ROWS[name]["build"] = built - checked
+    print(f"\n{name}: check {1e3 * (checked - start):.0f} ms, build {1e3 * (built - checked):.0f} ms")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.1f} ms"
+
+
+def _page() -> str:
+    lines = [
+        "# Zoo performance",
+        "",
+        "<!-- Generated by benchmarks/test_bench_zoo.py (`nox -s reference -- -m benchmark "
+        "benchmarks/test_bench_zoo.py`). Do not edit: rerun it. -->",
+        "",
+        "hndl's zoo models against their reference implementations (torchvision, transformers) with the same "
+        "weights, timed in one process in interleaved rounds (the fastest round's median of each side), one "
+        f"torch thread, torch {torch.__version__}, Python {platform.python_version()}, on a shared 2-core CI "
+        "machine: ratios are what to read, absolute times are noise. Inference runs in eval mode under "
+        "`torch.no_grad()`; a training step is forward, backward and an SGD step; memory is the peak of the "
+        "activations one inference holds at once (benchmarks/memory.py). Ratios are hndl / reference; the "
+        "target is 1.05x or less.",
+        "",
+        "| model | input | inference hndl | reference | ratio | training step hndl | reference | ratio "
+        "| peak activations hndl | reference | ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for case in CASES:
+        row = ROWS.get(case.entry, {})
+        inf, train, mem = row.get("inference"), row.get("training"), row.get("memory")
+        cells = [f"`zoo:{case.entry}`", case.label]
+        cells += [_ms(inf.hndl), _ms(inf.twin), f"{inf.ratio:.3f}x"] if inf else ["-"] * 3
+        cells += [_ms(train.hndl), _ms(train.twin), f"{train.ratio:.3f}x"] if train else ["-"] * 3
+        if mem:
+            cells += [f"{mem[0] / 2**20:,.1f} MiB", f"{mem[1] / 2**20:,.1f} MiB", f"{mem[0] / mem[1]:.3f}x"]
+        else:
+            cells += ["-"] * 3
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Checking and building each entry at its default configuration (`hndl.check`, then `hndl.build`, which "
+        "checks again and allocates the weights):",
+        "",
+        "| entry | check | build |",
+        "|---|---|---|",
+    ]
+    for name in hndl.zoo.names():
+        row = ROWS.get(name, {})
+        if "check" in row:
+            lines.append(f"| `zoo:{name}` | {_ms(row['check'])} | {_ms(row['build'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def test_write_page() -> None:
+    """Runs last (file order): writes the page when every comparison of this run produced its row."""
+    complete = all({"inference", "training", "memory"} <= ROWS.get(c.entry, {}).keys() for c in CASES)
+    if not complete:
+        pytest.skip("not every zoo benchmark ran in this session; the page is left as it is")
+    PAGE.write_text(_page(), encoding="utf-8")
+    print("\n" + _page())

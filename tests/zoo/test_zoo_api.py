@@ -1,0 +1,223 @@
+"""hndl.zoo: listing and getting entries, overrides, `zoo:` names, the key maps, and the all-or-nothing load."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import hndl
+import hndl.zoo
+from hndl.zoo._weights import Slot, Target, convert_state_dict, rule
+
+ENTRIES = [
+    "resnet18",
+    "resnet50",
+    "vit_b_16",
+    "vit_tiny_patch16_224",
+    "gpt2",
+    "unet",
+    "lstm_classifier",
+    "seq2seq_transformer",
+]
+
+
+def test_names_lists_the_entries_without_importing_torch():
+    code = "import sys, hndl; print(hndl.zoo.names()); hndl.check(hndl.zoo.get('gpt2')); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == [str(ENTRIES), "False"]
+
+
+@pytest.mark.parametrize("name", ENTRIES)
+def test_every_entry_checks_and_builds_with_its_references_parameter_count(name):
+    torch = pytest.importorskip("torch")
+    graph = hndl.zoo.get(name)
+    assert graph.name == name
+    with torch.device("meta"):  # the count needs shapes only, not gigabytes of weights
+        model = hndl.build(graph)
+    assert sum(p.numel() for p in model.parameters()) == hndl.zoo.entry(name).parameters
+
+
+def test_gpt2_summary_ends_with_the_tied_count():
+    pytest.importorskip("torch")
+    out = subprocess.run(
+        [sys.executable, "-m", "hndl", "summary", "zoo:gpt2"], capture_output=True, text=True, check=False
+    )
+    if "no such file: 'zoo:gpt2'" in out.stdout + out.stderr:
+        pytest.skip("the hndl command does not read zoo: names yet (CLI)")
+    assert out.returncode == 0, out.stderr
+    assert "124,439,808" in out.stdout.strip().splitlines()[-1]
+
+
+def test_hndl_load_reads_zoo_names():
+    graph = hndl.load("zoo:resnet18")
+    assert graph.name == "resnet18"
+    assert hndl.dumps(graph) == hndl.dumps(hndl.zoo.get("resnet18"))
+
+
+def test_locations_name_the_entry():
+    graph = hndl.zoo.get("gpt2")
+    assert graph.nodes["lm_head"].location.startswith("zoo:gpt2:")
+
+
+def test_overrides_set_the_specs_parameters():
+    graph = hndl.zoo.get("zoo:gpt2", n_layer=2, vocab_size=100)
+    assert graph.params["n_layer"] == 2
+    assert graph.params["vocab_size"] == 100
+    assert graph.params["n_embd"] == 768
+    assert hndl.zoo.get("gpt2").params["n_layer"] == 12  # every get is a fresh graph
+
+
+def test_an_unknown_override_is_e_param_with_a_did_you_mean():
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.zoo.get("resnet18", num_class=10, depth=3)
+    err = info.value
+    assert [p.code for p in err.problems] == ["E_PARAM", "E_PARAM"]
+    assert err.problems[0].message == "zoo:resnet18 has no parameter 'num_class'"
+    assert err.problems[0].hint == "did you mean 'num_classes'?"
+    assert err.problems[1].expected == "one of num_classes, width"
+
+
+def test_a_bad_override_value_is_reported_by_the_checker_at_the_spec_line():
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.check(hndl.zoo.get("gpt2", n_head=5))
+    problem = info.value.problems[0]
+    assert problem.code == "E_PARAM"
+    assert problem.location is not None
+    assert problem.location.startswith("zoo:gpt2:")
+
+
+def test_an_unknown_entry_is_e_spec_with_a_did_you_mean():
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.load("zoo:resnet19")
+    assert info.value.code == "E_SPEC"
+    assert info.value.problems[0].message == "the zoo has no entry 'resnet19'"
+    assert info.value.problems[0].hint == "did you mean 'resnet18'?"
+
+
+def test_spec_files_are_in_a_regular_wheel(tmp_path):
+    """A regular (non-editable) install of hndl-core ships the spec files as package data."""
+    import zipfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "packages" / "hndl-core"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(root)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if build.returncode != 0:
+        pytest.skip(f"cannot build a wheel here: {build.stderr[-300:]}")
+    (wheel,) = tmp_path.glob("hndl_core-*.whl")
+    files = set(zipfile.ZipFile(wheel).namelist())
+    for name in ENTRIES:
+        assert f"hndl/zoo/specs/{name}.yaml" in files
+
+
+# --- the key maps ---------------------------------------------------------------------------------------
+
+
+def test_a_rule_maps_both_ways_and_fields_carry_over():
+    r = rule("layer{s}.{b}.{layer}.{t}", "nodes.n_layer{s}.{b}.n_{layer}.{t}")
+    assert r.forward("layer2.1.conv1.weight") == [
+        ("nodes.n_layer2.1.n_conv1.weight", Target("nodes.n_layer{s}.{b}.n_{layer}.{t}"))
+    ]
+    assert r.forward("layer2.conv1.weight") is None
+    assert r.backward("nodes.n_layer2.1.n_conv1.weight")[0] == "layer2.1.conv1.weight"
+
+
+def test_layouts_transpose_and_split_rows():
+    torch = pytest.importorskip("torch")
+    fused = torch.arange(12.0).reshape(6, 2)
+    rules = [
+        rule("attn.in_proj_weight", ("q.weight", "rows 0/3..1/3"), ("kv.weight", "rows 1/3..3/3")),
+        rule("fc.weight", ("lin.weight", "transpose")),
+    ]
+    slots = {"q.weight": Slot((2, 2)), "kv.weight": Slot((4, 2)), "lin.weight": Slot((3, 2))}
+    out, problems = convert_state_dict(rules, {"attn.in_proj_weight": fused, "fc.weight": torch.ones(2, 3)}, slots, "x")
+    assert problems == []
+    assert torch.equal(out["q.weight"], fused[:2])
+    assert torch.equal(out["kv.weight"], fused[2:])
+    assert out["lin.weight"].shape == (3, 2)
+
+
+def test_an_unknown_layout_is_refused_when_the_map_is_written():
+    with pytest.raises(ValueError, match="unknown layout 'flip'"):
+        Target("x", "flip")
+
+
+# --- loading reference weights ------------------------------------------------------------------------------
+
+
+def _lstm_reference_state(**config):
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from references import LSTMClassifier
+
+    torch.manual_seed(0)
+    return LSTMClassifier(**config).state_dict()
+
+
+def test_every_missing_unexpected_and_misshaped_key_is_reported_at_once_and_nothing_is_loaded():
+    torch = pytest.importorskip("torch")
+    model = hndl.build(hndl.zoo.get("lstm_classifier"))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    state = _lstm_reference_state()
+    state["fc.wieght"] = state.pop("fc.weight")  # a typo: unexpected, and fc.weight missing
+    state["embedding.weight"] = torch.zeros(10, 128)  # wrong vocabulary
+    state["extra.bias"] = torch.zeros(3)
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.zoo.load_reference_state_dict(model, "lstm_classifier", state)
+    err = info.value
+    assert all(p.code == "E_PARAMS" for p in err.problems)
+    messages = [p.message for p in err.problems]
+    assert "reference key 'fc.wieght' has no place in zoo:lstm_classifier" in messages
+    assert err.problems[messages.index("reference key 'fc.wieght' has no place in zoo:lstm_classifier")].hint == (
+        "did you mean 'fc.weight'?"
+    )
+    assert "reference key 'extra.bias' has no place in zoo:lstm_classifier" in messages
+    assert (
+        "reference key 'embedding.weight' has shape [10, 128]; 'nodes.n_embedding.weight' needs [10000, 128]"
+        in messages
+    )
+    missing = next(p for p in err.problems if p.actual == "missing")
+    assert (
+        missing.message
+        == "'nodes.n_fc.weight' has no tensor in the reference state_dict: expected reference key 'fc.weight'"
+    )
+    assert missing.node == "fc"
+    assert missing.op == "linear"
+    assert missing.hint == "did you mean 'fc.wieght'?"
+    assert len(err.problems) == 4
+    assert str(err).startswith("4 problems in reference weights for zoo:lstm_classifier:")
+    for key, value in model.state_dict().items():  # never a partial load
+        assert torch.equal(value, before[key]), key
+
+
+def test_a_reference_of_another_configuration_is_misshaped_not_partially_loaded():
+    pytest.importorskip("torch")
+    model = hndl.build(hndl.zoo.get("lstm_classifier", num_classes=3))
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.zoo.load_reference_state_dict(model, "lstm_classifier", _lstm_reference_state())
+    assert {p.node for p in info.value.problems} == {"fc"}
+    assert "classes" in info.value.problems[0].hint
+
+
+def test_a_value_that_is_not_a_tensor_is_e_params():
+    pytest.importorskip("torch")
+    model = hndl.build(hndl.zoo.get("lstm_classifier"))
+    state = _lstm_reference_state()
+    state["fc.bias"] = [0.0, 0.0]
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.zoo.load_reference_state_dict(model, "zoo:lstm_classifier", state)
+    assert info.value.problems[0].message == "reference key 'fc.bias' holds list, not a tensor"
+
+
+def test_loading_the_reference_loads_every_tensor():
+    torch = pytest.importorskip("torch")
+    model = hndl.build(hndl.zoo.get("lstm_classifier"))
+    state = _lstm_reference_state()
+    hndl.zoo.load_reference_state_dict(model, "lstm_classifier", state)
+    assert torch.equal(model.nodes["n_lstm"].weight_hh_l1_reverse, state["lstm.weight_hh_l1_reverse"])
