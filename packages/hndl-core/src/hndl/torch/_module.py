@@ -25,7 +25,15 @@ from .._plan import Plan
 from ..naming import suggestion
 from . import _export, _hooks
 from ._codegen import Compiled, compile_graph, make_function
-from ._guards import VERSION_ATTR, StoresRecord, bump, call_guards, global_hooks_active, hook_dicts, take_record
+from ._guards import (
+    VERSION_ATTR,
+    StoresRecord,
+    bump,
+    global_hooks_active,
+    hook_dicts,
+    signature_guard,
+    take_record,
+)
 from ._state import BuildState, walk_modules
 from ._symbolic import SymbolicCheck, proven_for_all_bindings
 from ._validate import check_inputs, check_state, layer_failure, run_checked
@@ -221,14 +229,15 @@ class GraphModule(nn.Module):
             for m in leaves
         )
         current = self.__dict__.get("_runtime")
-        guards = [guard.source for guard in call_guards(stores, symbolic=self._symbolic is not None)]
-        compiled = compile_graph(self._plan, hooked, guards, self.graph.name)
-        namespace = stores.namespace
+        signature = signature_guard(self._symbolic is not None).source
+        compiled = compile_graph(self._plan, hooked, stores.terms, signature, self.graph.name)
+        namespace = dict(stores.namespace)
         namespace.update(
             sigs=self._signatures,
             bind=GraphModule._bind,
             validate=GraphModule._validate,
             admit=GraphModule._admit,
+            settle=GraphModule._settle,
             fail=partial(_fast_failure, compiled),
         )
         for i, module in enumerate(leaves):
@@ -334,6 +343,26 @@ class GraphModule(nn.Module):
             return False
         with self._lock:
             self._remember(sig)
+        return True
+
+    def _settle(self) -> bool:
+        """The inlined comparison of the stores record failed: decide by the precise one (tensors by shape and
+        dtype only). True keeps the call on the fast path: nothing the build depends on changed, only what the
+        inlined tensor guard also compares (a tensor swapped in by ``torch.func.functional_call``, ``requires_grad``
+        turned off, strides, ``inference_mode`` or autocast). When the registered tensors are the recorded objects
+        the record is retaken, so the next call passes the inlined comparison again; during a swap it is not (the
+        record would describe tensors about to leave). Called by the generated code only.
+
+        Under ``torch.jit.trace`` (whose dispatch key the tensor guard sees) it answers False: the call validates,
+        which under tracing checks the inputs and runs the plain layer calls, so every traced run records one
+        graph and nothing the comparison reads is recorded."""
+        stores = self._runtime.stores
+        if _tracing_state() is not None or not stores.matches():
+            return False
+        if stores.same_tensors():
+            with self._lock:
+                if self._runtime.stores is stores:
+                    self._install(self._leaves())
         return True
 
     def _remember(self, sig: tuple[Any, ...]) -> None:
