@@ -81,17 +81,19 @@ class GraphModule(nn.Module):
     ``m.weight = nn.Parameter(...)``, ``register_buffer``, assigning a submodule); ``.to()``, ``.half()``,
     ``.double()``, ``.cuda()``; and, found by comparing the stores record on every call, edits no hook reports:
     ``m.bias = None`` (PyTorch runs its registration hooks for real values only), ``del m.weight``, direct
-    writes to ``_parameters``, ``_buffers`` or ``_modules`` that remove an entry, set it to ``None``, add one,
-    or replace a submodule, and a hook added to a node's module or globally. A change that breaks the build
-    raises ``E_RUNTIME`` naming the node and the change; putting the original back makes the next call validate
-    and pass. ``train()``/``eval()`` do not revalidate.
+    writes to ``_parameters``, ``_buffers`` or ``_modules`` (an entry removed, set to ``None``, added, renamed or
+    reordered, a submodule replaced, even by one whose ``__eq__`` lies), a whole store dict replaced, a hook
+    added to a node's module or globally, a module's ``__class__`` swapped, an attribute added to a node's
+    layer (``forward`` assigned, ``Module.compile()``), and a registered tensor whose shape or dtype changed in
+    place. A change that breaks the build raises ``E_RUNTIME`` naming the node and the change; putting the
+    original back makes the next call validate and pass. ``train()``/``eval()`` do not revalidate.
 
-    **Not detected** (the fast path keeps running the recorded modules): a tensor swapped in under its
+    Converting one layer on its own (``model.nodes.n_hidden.half()``) changes its tensors' dtypes in place:
+    ``E_RUNTIME`` on the next call; convert the whole model.
+
+    **Not detected** (the fast path keeps running): a same-shape, same-dtype tensor swapped in under its
     registered name (what ``torch.func.functional_call`` does; it stays on the fast path and is not kept
-    alive); a whole store dict replaced (``m._parameters = {...}``); a reordering of a dict; one name removed
-    and another added in the same ``_parameters``/``_buffers`` between two calls; a submodule replaced by one
-    whose ``__eq__`` says it equals the old one; ``forward`` reassigned on a layer instance; one layer
-    converted on its own (``model.nodes.n_hidden.half()``: convert the whole model).
+    alive).
 
     Under ``torch.compile`` no check runs: the layers are called through ``__call__`` and Dynamo sees plain
     module calls.
