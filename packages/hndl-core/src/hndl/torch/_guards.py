@@ -275,12 +275,17 @@ def _tensor_check(tensors: list[Any]) -> Callable[..., bool] | None:
 
 
 class _Names:
-    """Allocates the record's global names (``r_<kind><n>``) in one namespace."""
+    """Allocates the record's global names (``r_<kind><n>``) in one namespace. Disabled (past
+    :data:`UNROLL_LIMIT`), it stores nothing: the unrolled terms are not used, and a namespace with a dozen
+    entries per module would only cost memory and copying."""
 
-    def __init__(self) -> None:
+    def __init__(self, enabled: bool) -> None:
         self.namespace: dict[str, Any] = {}
+        self.enabled = enabled
 
     def __call__(self, kind: str, obj: Any) -> str:
+        if not self.enabled:
+            return ""
         name = f"r_{kind}{len(self.namespace)}"
         self.namespace[name] = obj
         return name
@@ -289,10 +294,17 @@ class _Names:
 def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
     """Snapshot ``root``'s tree (types, store dicts, their names and values), the hook dicts and instance dicts
     of the node modules ``leaves``, and the global hook dicts."""
-    names = _Names()
+    leaf_ids = {id(leaf) for leaf in leaves}
+    modules: list[nn.Module] = []
+    seen: set[int] = set()
+    for _path, module in walk_modules(root):
+        if id(module) not in seen:  # a module met on two paths (or serving two nodes) is compared once
+            seen.add(id(module))
+            modules.append(module)
+    unroll = len(modules) <= UNROLL_LIMIT  # past the limit the precise form is inlined instead
+    names = _Names(enabled=unroll)
     terms: list[str] = []  # the unrolled comparison, one term per fact
     empties: list[str] = []  # names of the dicts that were empty
-    modules: list[nn.Module] = []
     keyed: list[dict[Any, Any]] = []
     tensor_dicts: list[dict[Any, Any]] = []
     submodules: list[dict[Any, Any]] = []
@@ -309,13 +321,7 @@ def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
             empty.append(hooks)
             empties.append(names("e", hooks))
 
-    leaf_ids = {id(leaf) for leaf in leaves}
-    seen: set[int] = set()
-    for _path, module in walk_modules(root):
-        if id(module) in seen:  # a module met on two paths (or serving two nodes) is compared once
-            continue
-        seen.add(id(module))
-        modules.append(module)
+    for module in modules:
         m, d = names("m", module), names("d", module.__dict__)
         terms.append(f"type({m}) is {names('t', type(module))}")
         if id(module) in leaf_ids:
@@ -343,7 +349,7 @@ def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
         watch_hooks(hooks)
     if empties:
         terms.append("not (" + " or ".join(empties) + ")")
-    check = _tensor_check([value for *_, value in slots])
+    check = _tensor_check([value for *_, value in slots]) if unroll else None
     if check is not None:
         terms.append(f"{names('check', check)}(" + ", ".join(src for src, *_ in slots) + ")")
     elif slots:
@@ -371,7 +377,7 @@ def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
     namespace["__builtins__"] = __builtins__
     precise = " and ".join(g.source for g in PRECISE)
     return StoresRecord(
-        terms=tuple(terms) if len(modules) <= UNROLL_LIMIT else tuple(g.source for g in PRECISE),
+        terms=tuple(terms) if unroll else tuple(g.source for g in PRECISE),
         precise=precise,
         namespace=namespace,
         keyed=tuple(keyed),

@@ -323,8 +323,11 @@ class GraphModule(nn.Module):
         env = check_inputs(plan.checked, inputs)
         check_state(self._build_state, self, plan.locations)
         leaves = self._leaves()
-        # The registered state has just been found to match the build: this is the state to record.
-        stores = take_record(self, [m for m in leaves if m is not None])
+        # The registered state has just been found to match the build: this is the state to record. A record that
+        # still matches it (a new input signature, nothing edited) describes the same state and is kept.
+        stores = self._runtime.stores
+        if not stores.fast_matches():
+            stores = take_record(self, [m for m in leaves if m is not None])
         values: dict[str, Any] = dict(zip(plan.input_ids, inputs))
         run_checked(plan.steps, leaves, values, env, plan.last_use)  # type: ignore[arg-type]
         with self._lock:
