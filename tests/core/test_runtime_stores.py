@@ -3,19 +3,22 @@ does not, plus torch.func.functional_call, deepcopy and pickle."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import io
 import pickle
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
 import hndl
-from hndl.torch._guards import SYMBOLIC_SIGNATURE, call_guards
+from hndl.torch import _guards
+from hndl.torch._guards import SYMBOLIC_SIGNATURE
 
 
 def mlp(bias: bool = True) -> hndl.GraphModule:
@@ -156,18 +159,18 @@ def test_the_guards_the_generated_call_inlines_see_each_hookless_change(change):
     make, _who, _what = CHANGES[change]
     model = ready()
     record = model._runtime.stores
-    guards = call_guards(record, symbolic=True)
-    assert guards[-1] == SYMBOLIC_SIGNATURE
-    condition = " and ".join(g.source for g in guards)
-    assert f"if {condition}:" in model.code  # the very list the tests evaluate is what the call runs
+    assert all(term in model.code for term in record.terms)  # the very comparison the tests evaluate is inlined
+    assert f"if (same or settle(self)) and {SYMBOLIC_SIGNATURE.source}:" in model.code
     version = model.state_version
+    assert record.fast_matches()
     assert record.matches()
     restore = make(model)
     assert model.state_version == version  # no registration hook saw it: only the record can
-    assert not record.matches()
+    assert not record.fast_matches()  # the inlined comparison
+    assert not record.matches()  # and the precise one that settles a failed inlined comparison
     restore()
     # Re-registering a deleted parameter appends it: a reorder, which the next call validates once and accepts.
-    assert record.matches() or change == "del module.weight"
+    assert (record.fast_matches() and record.matches()) or change == "del module.weight"
 
 
 def test_setting_a_parameter_to_none_fires_no_registration_hook_and_the_record_catches_it():
@@ -283,7 +286,15 @@ def _weight_dtype(m: hndl.GraphModule) -> Callable[[], None]:
     return lambda: setattr(weight, "data", original)
 
 
+def _whole_dict(m: hndl.GraphModule) -> Callable[[], None]:
+    layer = m.nodes.n_hidden
+    original = layer._parameters
+    layer._parameters = {"weight": layer.weight, "bias": None}  # bias cleared by replacing the whole dict
+    return lambda: setattr(layer, "_parameters", original)
+
+
 NEWLY_DETECTED = {
+    "a whole store dict replaced": (_whole_dict, "hidden", "parameter 'nodes.n_hidden.bias' was set to None"),
     "one name removed and another added": (_rename, "hidden", "parameter 'nodes.n_hidden.bias' was removed"),
     "a submodule whose __eq__ lies": (_liar, "act", "the build made ReLU, now it is EqualToEverything"),
     "forward reassigned on an instance": (_instance_forward, "act", "had its forward reassigned on the instance"),
@@ -339,17 +350,6 @@ def test_a_reorder_is_noticed_and_validated_and_is_no_mismatch():
 # --- not detected (pinned; documented in SPEC section 11) ----------------------------------------------------
 
 
-def test_not_detected_a_whole_dict_replaced():
-    # Reading every module's three store attributes on each call costs more than the fast path saves
-    # (IMPLEMENTATION.md, "The checked runtime", has the measurement); the layer reads the new dict.
-    model = ready()
-    layer = model.nodes.n_hidden
-    layer._parameters = {"weight": layer.weight, "bias": None}  # bias cleared by replacing the dict
-    out = model(X)
-    assert model.validations == 1
-    assert torch.equal(out, model.nodes.n_out(torch.relu(X @ layer.weight.T)))
-
-
 def test_not_detected_a_same_name_tensor_swap():
     model = ready()
     store = model.nodes.n_hidden._parameters
@@ -357,6 +357,83 @@ def test_not_detected_a_same_name_tensor_swap():
     out = model(X)
     assert model.validations == 1
     assert torch.equal(out, model.nodes.n_out(torch.relu(model.nodes.n_hidden(X))))
+
+
+def test_a_whole_dict_replaced_by_an_equal_one_validates_once_and_its_later_edits_are_seen():
+    # The record watches the dict objects themselves: after an equal replacement it watches the new dict.
+    model = ready()
+    layer = model.nodes.n_hidden
+    layer._parameters = dict(layer._parameters)
+    assert torch.equal(model(X), mlp_twin(model)(X))
+    assert model.validations == 2
+    model(X)
+    assert model.validations == 2
+    layer._parameters["bias"] = None
+    with pytest.raises(hndl.HndlError, match=r"'nodes\.n_hidden\.bias' was set to None"):
+        model(X)
+
+
+# --- what the inlined tensor guard rejects and the precise comparison accepts ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "edit",
+    ["requires_grad turned off", "same shape, other strides", "inference_mode"],
+)
+def test_what_only_the_inlined_tensor_guard_sees_stays_on_the_fast_path(edit):
+    # PyTorch's tensor guard also compares requires_grad, strides and dispatch keys: none of them is a change to
+    # the build, so the call settles by shape and dtype, stays on the fast path, and retakes the record (the
+    # tensors are the registered ones) so that the next call passes the inlined comparison again.
+    model = ready()
+    expected = mlp_twin(model)(X)
+    context: Any = contextlib.nullcontext()
+    if edit == "requires_grad turned off":
+        model.requires_grad_(False)
+    elif edit == "same shape, other strides":
+        weight = model.nodes.n_hidden.weight
+        weight.data = weight.data.t().contiguous().t()
+    else:
+        context = torch.inference_mode()
+    record = model._runtime.stores
+    with context:
+        assert not record.fast_matches()
+        assert record.matches()
+        assert torch.allclose(model(X), expected)
+        assert model._runtime.stores is not record  # retaken
+        assert model._runtime.stores.fast_matches()
+        assert torch.allclose(model(X), expected)
+    assert model.validations == 1
+
+
+def test_a_swap_that_only_the_inlined_tensor_guard_rejects_settles_without_retaking_the_record():
+    model = ready()
+    record = model._runtime.stores
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}  # plain tensors, no requires_grad
+    for _ in range(3):
+        torch.func.functional_call(model, params, (X,))
+    assert model._runtime.stores is record  # a record of tensors about to leave would be useless
+    assert model.validations == 1
+
+
+@pytest.mark.parametrize("change", [*CHANGES, *NEWLY_DETECTED])
+@pytest.mark.parametrize("form", ["precise on the fast path (a large model)", "no C++ tensor guard"])
+def test_the_other_forms_of_the_comparison_see_each_change(change, form, monkeypatch):
+    if form.startswith("precise"):
+        monkeypatch.setattr(_guards, "UNROLL_LIMIT", 0)
+    else:
+        monkeypatch.setattr(_guards, "_TensorGuards", None)
+    make = {**CHANGES, **NEWLY_DETECTED}[change][0]
+    model = ready()
+    record = model._runtime.stores
+    assert record.fast_matches()
+    assert ("r_check" in record.fast) is False
+    restore = make(model)
+    assert not record.fast_matches()
+    with pytest.raises(hndl.HndlError) as info:
+        model(X)
+    assert info.value.code == "E_RUNTIME"
+    restore()
+    assert torch.equal(model(X), mlp_twin(model)(X))
 
 
 # --- torch.func.functional_call ------------------------------------------------------------------------------

@@ -5,16 +5,16 @@ tracebacks and debuggers show it (``GraphModule.code`` returns it), and a line-n
 inside it be reported by node. Two functions are generated per graph, from its :class:`~hndl._plan.Plan`:
 
 ``execute(self, args, kwargs)``
-    The checked call. It builds the call's signature and tests the fast-path guards inline, joined with
-    ``and``: the guard list is :mod:`._guards`' (the signature lookup ``sig in sigs``, then the stores
-    record's comparisons that have something to compare, up to four), and this module only writes it into
-    the source. When all hold it runs every leaf step: a step calls ``module.forward`` directly (looked up on every call, so a
-    patched class or a swapped-in subclass runs its current code), skipping ``nn.Module.__call__``, unless the
-    module has a forward/backward hook or was compiled with ``Module.compile()``, or the process has a global
-    hook: then it calls the module. Each value's local is deleted right after the last step that reads it.
-    Anything else goes to ``validate``. The modules, the record's tuples and the signature dict are the
-    function's globals, bound when the record is taken; the record catches any replacement of a module, so
-    binding them is safe.
+    The checked call. It builds the call's signature, then tests the stores record's comparison (``_guards``'
+    ``StoresRecord.fast``, inlined; anything it raises counts as a change) and the signature lookup (``sig in
+    sigs``). When the comparison fails it asks ``settle(self)``, the precise comparison, which may still keep
+    the call on the fast path (a tensor swapped in by ``torch.func.functional_call``). When all hold it runs
+    every leaf step: a step calls ``module.forward`` directly (looked up on every call, so a patched class or a
+    swapped-in subclass runs its current code), skipping ``nn.Module.__call__``, unless the module has a
+    forward/backward hook or was compiled with ``Module.compile()``, or the process has a global hook: then it
+    calls the module. Each value's local is deleted right after the last step that reads it. Anything else goes
+    to ``validate``. The modules, the record's objects and the signature dict are the function's globals, bound
+    when the record is taken; the record catches any replacement of a module, so binding them is safe.
 
 ``unchecked(self, *inputs)``
     The call used under ``torch.compile``: each step calls ``self.nodes[...]`` through ``__call__``, the
@@ -62,13 +62,14 @@ def module_expr(path: Sequence[str]) -> str:
     return "nodes" + "".join(f"[{int(k)}]" if k.isdecimal() and k.isascii() else f"[{k!r}]" for k in path)
 
 
-def compile_graph(plan: Plan, hooked: Sequence[bool], guards: Sequence[str], label: str) -> Compiled:
+def compile_graph(plan: Plan, hooked: Sequence[bool], stores: Sequence[str], signature: str, label: str) -> Compiled:
     """Generate and compile the two functions (or fetch them from the cache).
 
     Args:
         plan: the lowered graph: its steps, input and output value ids.
         hooked: per step, whether the call must go through ``nn.Module.__call__`` (a hook, a compiled layer).
-        guards: the fast path's conditions, as source (from :func:`._guards.call_guards`).
+        stores: the terms of the stores record's comparison, as source (``StoresRecord.terms``).
+        signature: the signature condition, as source (:func:`._guards.signature_guard`).
         label: a readable name for the fake file (the graph name).
     """
     names: dict[str, str] = {v: f"a{i}" for i, v in enumerate(plan.input_ids)}
@@ -118,7 +119,13 @@ def compile_graph(plan: Plan, hooked: Sequence[bool], guards: Sequence[str], lab
         f"        sig = {sig}",
         "    except AttributeError:",
         "        return validate(self, args, None)",
-        f"    if {' and '.join(guards)}:",
+        "    try:",
+        "        same = (",
+        *(f"            {'and ' if i else ''}{term}" for i, term in enumerate(stores or ["True"])),
+        "        )",
+        "    except Exception:  # a store dict or attribute that is gone: a change",
+        "        same = False",
+        f"    if (same or settle(self)) and {signature}:",
         "        try:",
     ]
     line_map: dict[int, int] = {}

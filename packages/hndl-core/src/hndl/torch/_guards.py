@@ -1,8 +1,9 @@
 """What makes a GraphModule's next call validate again: the signature, the state version and the stores record.
 
-The generated call (:mod:`._codegen`) takes the fast path only while every guard of :func:`call_guards` holds;
-otherwise it validates. This module owns all of them, as source text that the generated code inlines and that
-tests and benchmarks evaluate as they are (:meth:`StoresRecord.matches`), so there is no second copy to drift:
+The generated call (:mod:`._codegen`) takes the fast path only while the stores record still matches the live
+tree and the call's signature is known; otherwise it validates. This module owns every condition, as Python
+source that the generated code inlines and that tests and benchmarks evaluate as it is, so there is no second
+copy to drift:
 
 ``sig in sigs``: the call's *signature* (:func:`signature_source`: each input's shape, dtype and device, and
     the model's state version) is one that validated before. The state version changes (:func:`bump`) when
@@ -11,36 +12,44 @@ tests and benchmarks evaluate as they are (:meth:`StoresRecord.matches`), so the
     (``GraphModule._apply``: ``.to()``, ``.half()``, ...).
 
 The stores record (:func:`take_record`) catches what no hook reports: ``del module.weight``, direct writes to
-``module._parameters``, ``_buffers`` or ``_modules``, hooks added or removed. It remembers the tree's store
-dicts as they were when the registered state last matched the build, and compares them with the live dicts
-using C-level builtins only:
+``module._parameters``, ``_buffers`` or ``_modules``, a whole store dict replaced, hooks added or removed, a
+``__class__`` swap, an attribute added to a layer, a registered tensor whose shape or dtype changed in place.
+It remembers the tree as it was when the registered state last matched the build, in two forms of one
+comparison:
 
-``live == copies``
-    dicts whose *values* matter, against copies taken at record time: the non-empty submodule dicts (a
-    submodule replaced, set to ``None``, added or removed) and non-empty hook dicts. ``tuple.__eq__`` and
-    ``dict.__eq__`` compare identity first, so equal dicts cost a length check and one pointer compare per
-    entry. The copies hold only modules and hook functions, never a tensor.
-``not any(empty)``
-    every dict that was empty. An empty dict equals its empty copy exactly when it is still empty, so the
-    empty ``_parameters``/``_buffers``/``_modules`` and the (normally empty) hook dicts need only a truth test,
-    the cheapest C-level check there is.
-``tuple(map(len, tensors)) == lens``
-    the non-empty ``_parameters``/``_buffers`` by length (an entry removed or added), then
-``tuple(map(is_, chain_values(map(dict_values, tensors)), endless_none)) == nones``
-    which of their values are ``None`` (a bias set to ``None`` by a direct write).
+``StoresRecord.fast`` (what the generated call inlines)
+    One comparison per object, unrolled into the source: ``type(r_m3) is r_t3``, ``len(r_d3) == 31``,
+    ``r_d3['_parameters'] is r_s7`` (the store dict itself, so a replaced dict is seen), ``tuple(r_s7) ==
+    r_k7`` (names and order), ``r_s2['n_act'] is r_v2`` (a submodule by identity: a lying ``__eq__`` cannot
+    hide a replacement), ``not (r_s1 or r_s4 or ...)`` (every dict that was empty, hook dicts included), and
+    one call of PyTorch's C++ tensor guard (``torch._C._dynamo.guards.TensorGuards``, what ``torch.compile``
+    guards tensors with) over the registered tensors: dtype, device, shape, strides, ``requires_grad`` and
+    dispatch keys, in one C++ pass that allocates nothing and holds no tensor. Measured, bytecode that touches
+    each object once costs a fraction of ``tuple(map(...))`` passes inside a real call (IMPLEMENTATION.md,
+    "The checked runtime"). Models with more than :data:`UNROLL_LIMIT` modules get the precise form instead
+    (the unrolled source grows with the tree, and compiling it would dominate building a large graph).
+``StoresRecord.precise`` (:meth:`StoresRecord.matches`)
+    The same facts through ``tuple(map(...)) == recorded`` passes, with tensors compared by shape and dtype
+    only. The tensor guard is stricter than the facts it stands for (a tensor swapped in without
+    ``requires_grad``, ``torch.func.functional_call`` with plain tensors, a frozen parameter, a call under
+    ``inference_mode`` or autocast): when ``fast`` fails, the generated call asks the model to *settle*
+    (``GraphModule._settle``), which evaluates ``precise``; if that holds the call stays on the fast path, and
+    when the tensors are the recorded objects the record is retaken so the next call is fast again.
 
-A guard with nothing to compare (no empty dict, say) is left out of the generated code. The record holds the
-live dicts themselves (the tree owns them anyway) and no tensor: a tensor swapped in under its registered name
-(``torch.func.functional_call``) is not kept alive, is never compared with ``Tensor.__eq__``, and is not a
-change. What none of this detects is listed in SPEC.md section 11.2.
+The record holds the live dicts themselves (the tree owns them anyway), the modules, and no tensor: a tensor
+swapped in under its registered name (``torch.func.functional_call``) is not kept alive, is never compared with
+``Tensor.__eq__``, and is not a change. What none of this detects is listed in SPEC.md section 11.2.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
-from dataclasses import dataclass, fields
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import chain, repeat
+from operator import itemgetter
+from types import CodeType
 from typing import Any
 
 import torch.nn.modules.module as _torch_module
@@ -48,20 +57,38 @@ from torch import nn
 
 from ._state import walk_modules
 
+
+def _load_tensor_guards() -> Any:
+    """PyTorch's C++ tensor guard class (what torch.compile guards tensors with), or None. It is private API, so
+    it is optional: without it the precise shape and dtype comparison stands in."""
+    try:
+        from torch._C._dynamo import guards
+    except ImportError:  # pragma: no cover - every supported torch has it
+        return None
+    return getattr(guards, "TensorGuards", None)
+
+
+_TensorGuards: Any = _load_tensor_guards()
+
 __all__ = [
     "GLOBAL_HOOK_DICTS",
     "SIGNATURE",
     "SYMBOLIC_SIGNATURE",
+    "UNROLL_LIMIT",
     "VERSION_ATTR",
     "Guard",
     "StoresRecord",
     "bump",
-    "call_guards",
     "global_hooks_active",
     "hook_dicts",
+    "signature_guard",
     "signature_source",
     "take_record",
 ]
+
+#: Models with more modules than this get the precise (``tuple(map(...))``) form of the stores comparison on
+#: the fast path instead of the unrolled one: the unrolled source grows by a few terms per module.
+UNROLL_LIMIT = 400
 
 
 @dataclass(frozen=True)
@@ -79,38 +106,53 @@ SYMBOLIC_SIGNATURE = Guard(
     "(sig in sigs or admit(self, sig, args))",
     "a new dtype/device pattern or state version, or inputs that break their contracts",
 )
-HOOKS = Guard("live == copies", "a hook added or removed (non-empty hook dicts, against copies)")
-STILL_EMPTY = Guard("not any(empty)", "an entry added to a dict that was empty")
-SUBMODULES = Guard(
-    "tuple(map(id, chain_values(map(dict_values, submodules)))) == submodule_ids",
-    "a submodule replaced or set to None (by identity: a submodule whose __eq__ lies is still seen)",
-)
-_KEYS = "tuple(map(tuple, keyed))"
-KEYS = Guard(f"{_KEYS} == keys", "a name added, removed or renamed, or a reorder, in a non-empty store dict")
-_SHAPES = "tuple(map(getattr, chain_values(map(dict_values, tensors)), endless_shape, endless_none))"
-_DTYPES = "tuple(map(getattr, chain_values(map(dict_values, tensors)), endless_dtype, endless_none))"
-SHAPES = Guard(
-    f"{_SHAPES} == shapes", "a parameter or buffer set to None or set from None, or its shape changed in place"
-)
-DTYPES = Guard(f"{_DTYPES} == dtypes", "a parameter or buffer whose dtype changed in place (t.data = ...)")
-_TYPES = "tuple(map(type, modules))"
-TYPES = Guard(f"{_TYPES} == types", "a module's __class__ swapped")
-_ATTRS = "tuple(map(len, instance_dicts))"
-ATTRS = Guard(
-    f"{_ATTRS} == attr_counts",
-    "an instance attribute added to or removed from a node's layer (forward reassigned, Module.compile())",
+
+
+def signature_guard(symbolic: bool) -> Guard:
+    """The signature condition, tested after the stores record (so a shape is only admitted symbolically while
+    the registered state still matches)."""
+    return SYMBOLIC_SIGNATURE if symbolic else SIGNATURE
+
+
+# The precise form: one ``tuple(map(...))`` pass per fact, over the record's tuples of live dicts.
+_STORES = "_parameters", "_buffers", "_modules"
+PRECISE: tuple[Guard, ...] = (
+    Guard("tuple(map(type, modules)) == types", "a module's __class__ swapped"),
+    Guard(
+        "tuple(map(id, chain_values(map(stores_of, module_dicts)))) == store_ids",
+        "a whole _parameters, _buffers or _modules dict replaced (m._parameters = {...})",
+    ),
+    Guard("live == copies", "a hook added to or removed from a non-empty hook dict"),
+    Guard("not any(empty)", "an entry added to a dict that was empty (a hook, a parameter, a submodule)"),
+    Guard(
+        "tuple(map(id, chain_values(map(dict_values, submodules)))) == submodule_ids",
+        "a submodule replaced or set to None (by identity: a submodule whose __eq__ lies is still seen)",
+    ),
+    Guard("tuple(map(tuple, keyed)) == keys", "a name added, removed or renamed, or a reorder, in a store dict"),
+    Guard(
+        "tuple(map(getattr, chain_values(map(dict_values, tensors)), endless_shape, endless_none)) == shapes",
+        "a parameter or buffer set to None or from None, or its shape changed in place (t.data = ...)",
+    ),
+    Guard(
+        "tuple(map(getattr, chain_values(map(dict_values, tensors)), endless_dtype, endless_none)) == dtypes",
+        "a parameter or buffer whose dtype changed in place",
+    ),
+    Guard(
+        "tuple(map(len, instance_dicts)) == attr_counts",
+        "an instance attribute added to or removed from a node's layer (forward reassigned, Module.compile())",
+    ),
 )
 
-# The helpers the guards' sources call, as globals of the generated code. ``repeat(...)`` never runs out and
-# holds no position, so one instance serves every call.
+# The helpers the precise sources call. ``repeat(...)`` never runs out and holds no position, so one instance
+# serves every call.
 _HELPERS: dict[str, Any] = {
     "chain_values": chain.from_iterable,
     "dict_values": dict.values,
+    "stores_of": itemgetter(*_STORES),
     "endless_none": repeat(None),
     "endless_shape": repeat("shape"),
     "endless_dtype": repeat("dtype"),
 }
-_MEASURE = compile(f"({_KEYS}, {_SHAPES}, {_DTYPES}, {_TYPES}, {_ATTRS})", "<hndl guards>", "eval")
 
 
 # --- the signature and the state version -------------------------------------------------------------------
@@ -164,115 +206,182 @@ def global_hooks_active() -> bool:
 
 @dataclass(frozen=True, eq=False)
 class StoresRecord:
-    """An immutable snapshot of the tree's store dicts, and the guards that compare it with the live ones."""
+    """An immutable snapshot of the tree's stores, and the two forms of the comparison with the live ones."""
 
-    live: tuple[dict[Any, Any], ...]  # non-empty hook dicts
-    copies: tuple[dict[Any, Any], ...]
-    empty: tuple[dict[Any, Any], ...]
-    submodules: tuple[dict[Any, Any], ...]  # non-empty _modules dicts
-    submodule_ids: tuple[int, ...]
-    keyed: tuple[dict[Any, Any], ...]  # non-empty _modules, _parameters, _buffers dicts
-    keys: tuple[tuple[str, ...], ...]
-    tensors: tuple[dict[Any, Any], ...]  # non-empty _parameters and _buffers dicts
-    shapes: tuple[Any, ...]
-    dtypes: tuple[Any, ...]
-    modules: tuple[nn.Module, ...]
-    types: tuple[type, ...]
-    instance_dicts: tuple[dict[str, Any], ...]  # the node layers' __dict__
-    attr_counts: tuple[int, ...]
+    terms: tuple[str, ...]  # the comparison the generated call inlines, joined with ``and``
+    precise: str  # the same facts, tensors by shape and dtype only (``matches``)
+    namespace: dict[str, Any]  # the globals both read
+    keyed: tuple[dict[Any, Any], ...]  # the non-empty store dicts
+    tensor_slots: tuple[tuple[dict[Any, Any], str], ...]  # (store dict, name) of each registered tensor
+    tensor_ids: tuple[int, ...]  # which tensor objects were registered (ids only: no tensor is held)
+    counts: tuple[int, int, int, int]  # modules, non-empty store dicts, empty dicts, tensors
 
     @property
-    def guards(self) -> tuple[Guard, ...]:
-        """The comparisons that have something to compare, in the order the generated call evaluates them."""
-        guards: list[Guard] = [TYPES] if self.modules else []
-        if self.live:
-            guards.append(HOOKS)
-        if self.empty:
-            guards.append(STILL_EMPTY)
-        if self.submodules:
-            guards.append(SUBMODULES)
-        if self.keyed:
-            guards.append(KEYS)
-        if self.tensors:
-            guards += (SHAPES, DTYPES)
-        if self.instance_dicts:
-            guards.append(ATTRS)
-        return tuple(guards)
-
-    @property
-    def namespace(self) -> dict[str, Any]:
-        """The globals the guards read: the record's tuples and the helpers their sources call."""
-        names = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {**names, **_HELPERS}
-
-    @property
-    def source(self) -> str:
-        """The guards joined as the generated call inlines them (``"True"`` when there is nothing to compare)."""
-        return " and ".join(g.source for g in self.guards) or "True"
+    def fast(self) -> str:
+        """The comparison the generated call inlines, as one expression."""
+        return " and ".join(self.terms) or "True"
 
     def matches(self) -> bool:
-        """Whether the live dicts still look as recorded: the generated call's own comparison, evaluated here."""
-        return bool(eval(self.source, self.namespace))
+        """Whether the live tree still looks as recorded, by the precise comparison (what ``_settle`` asks)."""
+        try:
+            return bool(eval(_compiled(self.precise), self.namespace))
+        except Exception:  # a store dict or attribute that is gone: a change
+            return False
 
-    @property
-    def counts(self) -> tuple[int, int, int]:
-        """(hook dicts compared with copies, empty dicts, parameter/buffer dicts compared by names and shapes)."""
-        return len(self.live), len(self.empty), len(self.tensors)
+    def fast_matches(self) -> bool:
+        """The generated call's own comparison, evaluated here (tests, the benchmark)."""
+        try:
+            return bool(eval(_compiled(self.fast), self.namespace))
+        except Exception:
+            return False
+
+    def same_tensors(self) -> bool:
+        """Whether the registered tensors are the very objects recorded (no swap in progress)."""
+        return tuple(id(d.get(name)) for d, name in self.tensor_slots) == self.tensor_ids
 
 
-def call_guards(record: StoresRecord, symbolic: bool = False) -> tuple[Guard, ...]:
-    """Every condition of the fast path for ``record``: the record's comparisons, then the signature (admitted
-    symbolically when ``symbolic``; last, so a shape is only admitted while the registered state still matches)."""
-    return (*record.guards, SYMBOLIC_SIGNATURE if symbolic else SIGNATURE)
+_code_cache: dict[str, CodeType] = {}
+_code_lock = threading.Lock()
+
+
+def _compiled(source: str) -> CodeType:
+    """``source`` compiled for ``eval`` once (a bounded cache keyed by the text, as the generated call's)."""
+    code = _code_cache.get(source)
+    if code is None:
+        code = compile(source, "<hndl stores record>", "eval")
+        with _code_lock:
+            if len(_code_cache) >= 64:
+                _code_cache.pop(next(iter(_code_cache)))
+            _code_cache[source] = code
+    return code
+
+
+def _tensor_check(tensors: list[Any]) -> Callable[..., bool] | None:
+    """PyTorch's C++ guard over ``tensors`` (its ``check(*tensors)``), or None where it cannot stand in for a
+    shape and dtype comparison (not available, a value it cannot describe, or it rejects the tensors it was
+    built from)."""
+    if _TensorGuards is None or not tensors:
+        return None
+    try:
+        guard = _TensorGuards(
+            *tensors,
+            dynamic_dims_sizes=[list(t.size()) for t in tensors],
+            dynamic_dims_strides=[list(t.stride()) for t in tensors],
+        )
+        check: Callable[..., bool] = guard.check
+        return check if check(*tensors) else None
+    except Exception:  # sparse or other layouts without strides, non-tensor values
+        return None
+
+
+class _Names:
+    """Allocates the record's global names (``r_<kind><n>``) in one namespace. Disabled (past
+    :data:`UNROLL_LIMIT`), it stores nothing: the unrolled terms are not used, and a namespace with a dozen
+    entries per module would only cost memory and copying."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.namespace: dict[str, Any] = {}
+        self.enabled = enabled
+
+    def __call__(self, kind: str, obj: Any) -> str:
+        if not self.enabled:
+            return ""
+        name = f"r_{kind}{len(self.namespace)}"
+        self.namespace[name] = obj
+        return name
 
 
 def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
-    """Snapshot the store dicts of ``root``'s tree, the hook dicts and instance dicts of the node modules
-    ``leaves``, and the global hook dicts."""
-    live: list[dict[Any, Any]] = []
-    empty: list[dict[Any, Any]] = []
-    submodules: list[dict[Any, Any]] = []
-    keyed: list[dict[Any, Any]] = []
-    tensors: list[dict[Any, Any]] = []
+    """Snapshot ``root``'s tree (types, store dicts, their names and values), the hook dicts and instance dicts
+    of the node modules ``leaves``, and the global hook dicts."""
+    leaf_ids = {id(leaf) for leaf in leaves}
     modules: list[nn.Module] = []
-    for _path, module in walk_modules(root):
-        modules.append(module)
-        if module._modules:
-            submodules.append(module._modules)
-            keyed.append(module._modules)
-        else:
-            empty.append(module._modules)
-        for store in (module._parameters, module._buffers):
-            if store:
-                keyed.append(store)
-                tensors.append(store)
-            else:
-                empty.append(store)
     seen: set[int] = set()
+    for _path, module in walk_modules(root):
+        if id(module) not in seen:  # a module met on two paths (or serving two nodes) is compared once
+            seen.add(id(module))
+            modules.append(module)
+    unroll = len(modules) <= UNROLL_LIMIT  # past the limit the precise form is inlined instead
+    names = _Names(enabled=unroll)
+    terms: list[str] = []  # the unrolled comparison, one term per fact
+    empties: list[str] = []  # names of the dicts that were empty
+    keyed: list[dict[Any, Any]] = []
+    tensor_dicts: list[dict[Any, Any]] = []
+    submodules: list[dict[Any, Any]] = []
+    empty: list[dict[Any, Any]] = []
+    live: list[dict[Any, Any]] = []
+    slots: list[tuple[str, dict[Any, Any], str, Any]] = []  # (source, store dict, name, tensor)
     instance_dicts: list[dict[str, Any]] = []
-    for leaf in leaves:
-        if id(leaf) not in seen:  # one module may serve as two nodes' layer
-            seen.add(id(leaf))
-            instance_dicts.append(leaf.__dict__)
-            for d in hook_dicts(leaf):
-                (live if d else empty).append(d)
-    for d in GLOBAL_HOOK_DICTS:
-        (live if d else empty).append(d)
-    namespace = {**_HELPERS, "keyed": keyed, "tensors": tensors, "modules": modules, "instance_dicts": instance_dicts}
-    keys, shapes, dtypes, types, attr_counts = eval(_MEASURE, namespace)
-    return StoresRecord(
+
+    def watch_hooks(hooks: dict[Any, Any]) -> None:
+        if hooks:
+            live.append(hooks)
+            terms.append(f"{names('h', hooks)} == {names('c', dict(hooks))}")
+        else:
+            empty.append(hooks)
+            empties.append(names("e", hooks))
+
+    for module in modules:
+        m, d = names("m", module), names("d", module.__dict__)
+        terms.append(f"type({m}) is {names('t', type(module))}")
+        if id(module) in leaf_ids:
+            instance_dicts.append(module.__dict__)
+            terms.append(f"len({d}) == {len(module.__dict__)}")
+            for hooks in hook_dicts(module):
+                watch_hooks(hooks)
+        for attr in _STORES:
+            store = getattr(module, attr)
+            s = names("s", store)
+            terms.append(f"{d}[{attr!r}] is {s}")
+            if not store:
+                empty.append(store)
+                empties.append(s)
+                continue
+            keyed.append(store)
+            terms.append(f"tuple({s}) == {names('k', tuple(store))}")
+            (submodules if attr == "_modules" else tensor_dicts).append(store)
+            for key, value in store.items():
+                if value is None or attr == "_modules":
+                    terms.append(f"{s}[{key!r}] is {names('v', value)}")
+                else:
+                    slots.append((f"{s}[{key!r}]", store, key, value))
+    for hooks in GLOBAL_HOOK_DICTS:
+        watch_hooks(hooks)
+    if empties:
+        terms.append("not (" + " or ".join(empties) + ")")
+    check = _tensor_check([value for *_, value in slots]) if unroll else None
+    if check is not None:
+        terms.append(f"{names('check', check)}(" + ", ".join(src for src, *_ in slots) + ")")
+    elif slots:
+        terms += [g.source for g in PRECISE if "getattr" in g.source]
+    namespace = names.namespace
+    namespace.update(
+        _HELPERS,
+        modules=tuple(modules),
+        types=tuple(map(type, modules)),
+        module_dicts=tuple(m.__dict__ for m in modules),
+        store_ids=tuple(id(getattr(m, attr)) for m in modules for attr in _STORES),
         live=tuple(live),
-        copies=tuple(dict(d) for d in live),
+        copies=tuple(dict(h) for h in live),
         empty=tuple(empty),
         submodules=tuple(submodules),
-        submodule_ids=tuple(map(id, chain.from_iterable(d.values() for d in submodules))),
+        submodule_ids=tuple(id(v) for d in submodules for v in d.values()),
         keyed=tuple(keyed),
-        keys=keys,
-        tensors=tuple(tensors),
-        shapes=shapes,
-        dtypes=dtypes,
-        modules=tuple(modules),
-        types=types,
+        keys=tuple(tuple(d) for d in keyed),
+        tensors=tuple(tensor_dicts),
+        shapes=tuple(getattr(v, "shape", None) for d in tensor_dicts for v in d.values()),
+        dtypes=tuple(getattr(v, "dtype", None) for d in tensor_dicts for v in d.values()),
         instance_dicts=tuple(instance_dicts),
-        attr_counts=attr_counts,
+        attr_counts=tuple(map(len, instance_dicts)),
+    )
+    namespace["__builtins__"] = __builtins__
+    precise = " and ".join(g.source for g in PRECISE)
+    return StoresRecord(
+        terms=tuple(terms) if unroll else tuple(g.source for g in PRECISE),
+        precise=precise,
+        namespace=namespace,
+        keyed=tuple(keyed),
+        tensor_slots=tuple((store, key) for _src, store, key, _value in slots),
+        tensor_ids=tuple(id(value) for *_, value in slots),
+        counts=(len(modules), len(keyed), len(empty), len(slots)),
     )

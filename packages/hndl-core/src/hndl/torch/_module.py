@@ -25,7 +25,15 @@ from .._plan import Plan
 from ..naming import suggestion
 from . import _export, _hooks
 from ._codegen import Compiled, compile_graph, make_function
-from ._guards import VERSION_ATTR, StoresRecord, bump, call_guards, global_hooks_active, hook_dicts, take_record
+from ._guards import (
+    VERSION_ATTR,
+    StoresRecord,
+    bump,
+    global_hooks_active,
+    hook_dicts,
+    signature_guard,
+    take_record,
+)
 from ._state import BuildState, walk_modules
 from ._symbolic import SymbolicCheck, proven_for_all_bindings
 from ._validate import check_inputs, check_state, layer_failure, run_checked
@@ -73,17 +81,19 @@ class GraphModule(nn.Module):
     ``m.weight = nn.Parameter(...)``, ``register_buffer``, assigning a submodule); ``.to()``, ``.half()``,
     ``.double()``, ``.cuda()``; and, found by comparing the stores record on every call, edits no hook reports:
     ``m.bias = None`` (PyTorch runs its registration hooks for real values only), ``del m.weight``, direct
-    writes to ``_parameters``, ``_buffers`` or ``_modules`` that remove an entry, set it to ``None``, add one,
-    or replace a submodule, and a hook added to a node's module or globally. A change that breaks the build
-    raises ``E_RUNTIME`` naming the node and the change; putting the original back makes the next call validate
-    and pass. ``train()``/``eval()`` do not revalidate.
+    writes to ``_parameters``, ``_buffers`` or ``_modules`` (an entry removed, set to ``None``, added, renamed or
+    reordered, a submodule replaced, even by one whose ``__eq__`` lies), a whole store dict replaced, a hook
+    added to a node's module or globally, a module's ``__class__`` swapped, an attribute added to a node's
+    layer (``forward`` assigned, ``Module.compile()``), and a registered tensor whose shape or dtype changed in
+    place. A change that breaks the build raises ``E_RUNTIME`` naming the node and the change; putting the
+    original back makes the next call validate and pass. ``train()``/``eval()`` do not revalidate.
 
-    **Not detected** (the fast path keeps running the recorded modules): a tensor swapped in under its
+    Converting one layer on its own (``model.nodes.n_hidden.half()``) changes its tensors' dtypes in place:
+    ``E_RUNTIME`` on the next call; convert the whole model.
+
+    **Not detected** (the fast path keeps running): a same-shape, same-dtype tensor swapped in under its
     registered name (what ``torch.func.functional_call`` does; it stays on the fast path and is not kept
-    alive); a whole store dict replaced (``m._parameters = {...}``); a reordering of a dict; one name removed
-    and another added in the same ``_parameters``/``_buffers`` between two calls; a submodule replaced by one
-    whose ``__eq__`` says it equals the old one; ``forward`` reassigned on a layer instance; one layer
-    converted on its own (``model.nodes.n_hidden.half()``: convert the whole model).
+    alive).
 
     Under ``torch.compile`` no check runs: the layers are called through ``__call__`` and Dynamo sees plain
     module calls.
@@ -221,14 +231,15 @@ class GraphModule(nn.Module):
             for m in leaves
         )
         current = self.__dict__.get("_runtime")
-        guards = [guard.source for guard in call_guards(stores, symbolic=self._symbolic is not None)]
-        compiled = compile_graph(self._plan, hooked, guards, self.graph.name)
-        namespace = stores.namespace
+        signature = signature_guard(self._symbolic is not None).source
+        compiled = compile_graph(self._plan, hooked, stores.terms, signature, self.graph.name)
+        namespace = dict(stores.namespace)
         namespace.update(
             sigs=self._signatures,
             bind=GraphModule._bind,
             validate=GraphModule._validate,
             admit=GraphModule._admit,
+            settle=GraphModule._settle,
             fail=partial(_fast_failure, compiled),
         )
         for i, module in enumerate(leaves):
@@ -312,8 +323,11 @@ class GraphModule(nn.Module):
         env = check_inputs(plan.checked, inputs)
         check_state(self._build_state, self, plan.locations)
         leaves = self._leaves()
-        # The registered state has just been found to match the build: this is the state to record.
-        stores = take_record(self, [m for m in leaves if m is not None])
+        # The registered state has just been found to match the build: this is the state to record. A record that
+        # still matches it (a new input signature, nothing edited) describes the same state and is kept.
+        stores = self._runtime.stores
+        if not stores.fast_matches():
+            stores = take_record(self, [m for m in leaves if m is not None])
         values: dict[str, Any] = dict(zip(plan.input_ids, inputs))
         run_checked(plan.steps, leaves, values, env, plan.last_use)  # type: ignore[arg-type]
         with self._lock:
@@ -334,6 +348,26 @@ class GraphModule(nn.Module):
             return False
         with self._lock:
             self._remember(sig)
+        return True
+
+    def _settle(self) -> bool:
+        """The inlined comparison of the stores record failed: decide by the precise one (tensors by shape and
+        dtype only). True keeps the call on the fast path: nothing the build depends on changed, only what the
+        inlined tensor guard also compares (a tensor swapped in by ``torch.func.functional_call``, ``requires_grad``
+        turned off, strides, ``inference_mode`` or autocast). When the registered tensors are the recorded objects
+        the record is retaken, so the next call passes the inlined comparison again; during a swap it is not (the
+        record would describe tensors about to leave). Called by the generated code only.
+
+        Under ``torch.jit.trace`` (whose dispatch key the tensor guard sees) it answers False: the call validates,
+        which under tracing checks the inputs and runs the plain layer calls, so every traced run records one
+        graph and nothing the comparison reads is recorded."""
+        stores = self._runtime.stores
+        if _tracing_state() is not None or not stores.matches():
+            return False
+        if stores.same_tensors():
+            with self._lock:
+                if self._runtime.stores is stores:
+                    self._install(self._leaves())
         return True
 
     def _remember(self, sig: tuple[Any, ...]) -> None:
