@@ -47,7 +47,8 @@ def test_gpt2_summary_ends_with_the_tied_count():
     if "no such file: 'zoo:gpt2'" in out.stdout + out.stderr:
         pytest.skip("the hndl command does not read zoo: names yet (CLI)")
     assert out.returncode == 0, out.stderr
-    assert "124,439,808" in out.stdout.strip().splitlines()[-1]
+    totals = [line for line in out.stdout.splitlines() if line.startswith("params:")]
+    assert totals == ["params:      124,439,808 (trainable 124,439,808, non-trainable 0)"]
 
 
 def test_hndl_load_reads_zoo_names():
