@@ -115,6 +115,7 @@ def test_generated_code_parses_to_exactly_the_expected_statements(echo_op: str) 
     generated = {"_parameters", "_buffers", "_modules", "nodes", "0", "1"}
     assert strings <= {"n_m0", "n_sig", "n___import__", "n_v0"} | generated
     comments = [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.COMMENT]
+    comments = [c for c in comments if c != "# a store dict or attribute that is gone: a change"]  # hndl's own
     assert comments == ["# add 'm0'", "# hardening_echo 'sig.0.__import__'", "# hardening_echo 'sig.1.__import__'",
                         "# hardening_echo 'v0'"]  # fmt: skip
     x, y = torch.randn(2, 4), torch.randn(2, 4)
