@@ -20,6 +20,7 @@ from .._dims import DimError, evaluate, format_dim, free_symbols
 from .._errors import HndlError, Problem, describe_node
 from .._plan import Step
 from ..naming import dtype_name
+from ._select import OutputIndexError
 from ._state import BuildState
 
 __all__ = [
@@ -239,8 +240,9 @@ def _dtype_reason(
     if rule.startswith("same:") and not autocast:
         names = _port_names(node, len(ins), outputs=False)
         source = rule[5:]
-        if source in names:
-            other = ins[names.index(source)]
+        first = f"{source}[0]"  # a variadic port (module's x): its first value
+        if source in names or first in names:
+            other = ins[names.index(source if source in names else first)]
             if isinstance(other, torch.Tensor) and other.dtype != value.dtype:
                 wanted = dtype_name(other.dtype)
                 return f"dtype must match input {source!r} ({wanted}), got {actual}", wanted
@@ -299,6 +301,8 @@ def run_checked(
             )
         try:
             result = module(*ins)
+        except OutputIndexError as exc:  # op module's 'output' selects a value the module does not return
+            raise HndlError(node.problem("E_CONTRACT", str(exc), expected="'output' within the result")) from exc
         except Exception as exc:
             raise layer_failure(node, ins, exc) from exc
         count = len(step.outputs)
@@ -353,7 +357,10 @@ def _check_output(
         )
 
     if not isinstance(value, torch.Tensor):
-        return problem(f"output is {type(value).__name__}, not a tensor", "a torch.Tensor", type(value).__name__)
+        found = problem(f"output is {type(value).__name__}, not a tensor", "a torch.Tensor", type(value).__name__)
+        if node.op == "module" and isinstance(value, (tuple, list)):
+            found.hint = "choose the value(s) the node gives with 'output' (nested tuples count flattened)"
+        return found
     actual_shape = tuple(value.shape)
     reason, expected_text = shape_reason(static, actual_shape, env)
     if reason:
