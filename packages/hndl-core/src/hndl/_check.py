@@ -26,6 +26,7 @@ from ._param_types import excerpt
 from ._registry import OpDef, Params
 from ._resolve import order_nodes, output_count, resolve_op, resolve_ref, validate_params
 from .naming import suggestion
+from .ops._common import Requirement, collect_requirements
 
 __all__ = ["CheckedGraph", "CheckedNode", "check"]
 
@@ -51,6 +52,8 @@ class CheckedNode:
     #: Tied parameters: this node's parameter (dotted within its layer) -> the qualified name of the parameter
     #: it shares (``"wte.weight"``: node ``wte``'s parameter ``weight``). The builder makes them one Parameter.
     ties: dict[str, str] = field(default_factory=dict)
+    # Bounds its shape arithmetic puts on symbolic dims (H >= 7), checked against the inputs on each validating call.
+    requires: list[Requirement] = field(default_factory=list)
 
     @property
     def op(self) -> str:
@@ -299,7 +302,8 @@ class _Checker:
         )
         if opdef.runs_subgraph:
             return self._check_subgraph(node, checked, ports, report)
-        inferred = infer_node(opdef, params, node.params.keys(), ports, report)
+        with collect_requirements() as checked.requires:
+            inferred = infer_node(opdef, params, node.params.keys(), ports, report)
         if inferred is None:
             return None
         checked.params, checked.out_types = inferred

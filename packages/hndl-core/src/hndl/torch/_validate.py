@@ -86,7 +86,42 @@ def check_inputs(checked: CheckedGraph, inputs: Sequence[Any]) -> dict[str, Any]
                 actual=str(value.device),
                 hint=f"move it with x.to({contract.device!r})",
             )
+    _check_requirements(checked, env, bound_by)
     return env
+
+
+def _check_requirements(checked: CheckedGraph, env: dict[str, Any], bound_by: dict[str, str]) -> None:
+    """E_INPUT for an input whose dims break a bound a node's shape arithmetic imposes (``H >= 7``)."""
+    for node in _all_nodes(checked):
+        for required in node.requires:
+            try:
+                value = evaluate(required.dim, env)
+            except DimError:  # a symbol the inputs do not bind (an unknown dim): the layer itself decides
+                continue
+            if value >= required.minimum:
+                continue
+            symbols = sorted(free_symbols(required.dim))
+            name = next((bound_by[s] for s in symbols if s in bound_by), checked.input_names[0])
+            where = checked.graph.inputs[name].location if name in checked.graph.inputs else None
+            given = ", ".join(f"{s}={env[s]}" for s in symbols if s in env)
+            raise _input_error(
+                name,
+                where,
+                env,
+                f"{given} is too small for {node.op} '{node.qualname}': its {required.what} needs {required}",
+                expected=str(required),
+                actual=f"{format_dim(required.dim)} = {value}",
+                hint=f"pass a larger input, or give {node.op} '{node.qualname}' more padding or a smaller window",
+            )
+
+
+def _all_nodes(checked: CheckedGraph) -> list[CheckedNode]:
+    found: list[CheckedNode] = []
+    for node in checked.nodes:
+        found.append(node)
+        for body in node.body:
+            found.extend(_all_nodes(body))
+    return found
 
 
 def _input_error(
