@@ -219,7 +219,7 @@ def test_a_failing_layer_names_node_op_and_input_shapes_and_chains_the_cause(pat
     err = info.value
     assert err.code == "E_RUNTIME"
     assert err.node == "boom"
-    assert str(err) == "E_RUNTIME module 'boom': the layer failed on input x [3, 4]: ValueError: the fuse was lit"
+    assert str(err) == "E_RUNTIME module 'boom': the layer failed on input x[0] [3, 4]: ValueError: the fuse was lit"
     assert isinstance(err.__cause__, ValueError)
     assert model.validations == 1
 

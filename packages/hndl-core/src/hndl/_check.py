@@ -26,6 +26,7 @@ from ._infer import BoundPorts, Report, active_ports, bind_ports, infer_node, in
 from ._registry import OpDef, Params, registry
 from ._resolve import order_nodes, output_count, resolve_op, resolve_ref, validate_params
 from .naming import excerpt, suggestion
+from .ops._common import Requirement, collect_requirements
 
 __all__ = ["MAX_EXPANDED_NODES", "CheckedGraph", "CheckedNode", "check"]
 
@@ -55,6 +56,8 @@ class CheckedNode:
     #: Tied parameters: this node's parameter (dotted within its layer) -> the qualified name of the parameter
     #: it shares (``"wte.weight"``: node ``wte``'s parameter ``weight``). The builder makes them one Parameter.
     ties: dict[str, str] = field(default_factory=dict)
+    # Bounds its shape arithmetic puts on symbolic dims (H >= 7), checked against the inputs on each validating call.
+    requires: list[Requirement] = field(default_factory=list)
 
     @property
     def op(self) -> str:
@@ -308,7 +311,8 @@ class _Checker:
         )
         if opdef.runs_subgraph:
             return self._check_subgraph(node, checked, ports, report)
-        inferred = infer_node(opdef, params, node.params.keys(), ports, report)
+        with collect_requirements() as checked.requires:
+            inferred = infer_node(opdef, params, node.params.keys(), ports, report)
         if inferred is None:
             return None
         checked.params, checked.out_types = inferred

@@ -321,7 +321,8 @@ class OpDef:
 
     def output_names(self, params: Mapping[str, Any]) -> list[str]:
         count = self.output_count(params)
-        if self.count_outputs is None and len(self.outputs) == count:
+        # A single output keeps its port's name even when the count is computed (module with one output: 'y').
+        if len(self.outputs) == count and (self.count_outputs is None or count == 1):
             return [p.name for p in self.outputs]
         return [str(i) for i in range(count)]
 

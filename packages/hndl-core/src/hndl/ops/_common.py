@@ -7,7 +7,10 @@ all three forms and answers "unknown" rather than "wrong" whenever the open part
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from .._contracts import DTYPE_CATEGORIES, TensorType, Variadic, format_shape, never_equal, unknown_dim
@@ -15,6 +18,41 @@ from .._dims import Dim, dim_add, dim_floordiv, dim_mul, dim_sub, format_dim
 from .._registry import InferError
 
 Shape = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A bound a node's shape arithmetic imposes on a symbolic dim: ``dim >= minimum`` (``H >= 7`` for a 7x7
+    kernel without padding). Inference cannot decide it for every value of the symbols; the validating call
+    does, once the inputs bind them (``hndl.torch`` check_inputs)."""
+
+    dim: Dim
+    minimum: int
+    what: str  # the dim in words, for the message: "height"
+
+    def __str__(self) -> str:
+        return f"{format_dim(self.dim)} >= {self.minimum}"
+
+
+_requirements: ContextVar[list[Requirement] | None] = ContextVar("hndl_requirements", default=None)
+
+
+@contextmanager
+def collect_requirements() -> Iterator[list[Requirement]]:
+    """The requirements the inference run inside the ``with`` block records (the checker wraps each node)."""
+    found: list[Requirement] = []
+    token = _requirements.set(found)
+    try:
+        yield found
+    finally:
+        _requirements.reset(token)
+
+
+def require(dim: Dim, minimum: int, what: str) -> None:
+    """Record ``dim >= minimum`` for the node being inferred; an int dim was decided by the caller already."""
+    found = _requirements.get()
+    if found is not None and not isinstance(dim, int):
+        found.append(Requirement(dim, minimum, what))
 
 
 def open_at(shape: Shape) -> int | None:
@@ -223,6 +261,8 @@ def window_out(
             actual=format_dim(size),
             hint="use a smaller kernel_size or dilation, more padding, or a larger input",
         )
+    if not isinstance(span, int) and reach - 2 * padding - slack > 0:
+        require(size, reach - 2 * padding - slack, axis)
     if not ceil_mode:
         return dim_add(dim_floordiv(span, stride), 1)
     out = dim_add(dim_floordiv(dim_add(span, slack), stride), 1)
@@ -249,13 +289,16 @@ def check_window_padding(kernel: tuple[int, ...], padding: tuple[int, ...]) -> N
 
 
 __all__ = [
+    "Requirement",
     "broadcast_dim",
     "broadcast_shapes",
     "check_window_padding",
+    "collect_requirements",
     "norm_dim",
     "open_at",
     "open_index",
     "pair",
+    "require",
     "product",
     "promote",
     "provably_different",

@@ -20,6 +20,7 @@ from .._dims import DimError, evaluate, format_dim, free_symbols
 from .._errors import HndlError, Problem, describe_node
 from .._plan import Step
 from ..naming import dtype_name
+from ._select import OutputIndexError
 from ._state import BuildState
 
 __all__ = [
@@ -85,7 +86,42 @@ def check_inputs(checked: CheckedGraph, inputs: Sequence[Any]) -> dict[str, Any]
                 actual=str(value.device),
                 hint=f"move it with x.to({contract.device!r})",
             )
+    _check_requirements(checked, env, bound_by)
     return env
+
+
+def _check_requirements(checked: CheckedGraph, env: dict[str, Any], bound_by: dict[str, str]) -> None:
+    """E_INPUT for an input whose dims break a bound a node's shape arithmetic imposes (``H >= 7``)."""
+    for node in _all_nodes(checked):
+        for required in node.requires:
+            try:
+                value = evaluate(required.dim, env)
+            except DimError:  # a symbol the inputs do not bind (an unknown dim): the layer itself decides
+                continue
+            if value >= required.minimum:
+                continue
+            symbols = sorted(free_symbols(required.dim))
+            name = next((bound_by[s] for s in symbols if s in bound_by), checked.input_names[0])
+            where = checked.graph.inputs[name].location if name in checked.graph.inputs else None
+            given = ", ".join(f"{s}={env[s]}" for s in symbols if s in env)
+            raise _input_error(
+                name,
+                where,
+                env,
+                f"{given} is too small for {node.op} '{node.qualname}': its {required.what} needs {required}",
+                expected=str(required),
+                actual=f"{format_dim(required.dim)} = {value}",
+                hint=f"pass a larger input, or give {node.op} '{node.qualname}' more padding or a smaller window",
+            )
+
+
+def _all_nodes(checked: CheckedGraph) -> list[CheckedNode]:
+    found: list[CheckedNode] = []
+    for node in checked.nodes:
+        found.append(node)
+        for body in node.body:
+            found.extend(_all_nodes(body))
+    return found
 
 
 def _input_error(
@@ -239,8 +275,9 @@ def _dtype_reason(
     if rule.startswith("same:") and not autocast:
         names = _port_names(node, len(ins), outputs=False)
         source = rule[5:]
-        if source in names:
-            other = ins[names.index(source)]
+        first = f"{source}[0]"  # a variadic port (module's x): its first value
+        if source in names or first in names:
+            other = ins[names.index(source if source in names else first)]
             if isinstance(other, torch.Tensor) and other.dtype != value.dtype:
                 wanted = dtype_name(other.dtype)
                 return f"dtype must match input {source!r} ({wanted}), got {actual}", wanted
@@ -299,6 +336,8 @@ def run_checked(
             )
         try:
             result = module(*ins)
+        except OutputIndexError as exc:  # op module's 'output' selects a value the module does not return
+            raise HndlError(node.problem("E_CONTRACT", str(exc), expected="'output' within the result")) from exc
         except Exception as exc:
             raise layer_failure(node, ins, exc) from exc
         count = len(step.outputs)
@@ -353,7 +392,10 @@ def _check_output(
         )
 
     if not isinstance(value, torch.Tensor):
-        return problem(f"output is {type(value).__name__}, not a tensor", "a torch.Tensor", type(value).__name__)
+        found = problem(f"output is {type(value).__name__}, not a tensor", "a torch.Tensor", type(value).__name__)
+        if node.op == "module" and isinstance(value, (tuple, list)):
+            found.hint = "choose the value(s) the node gives with 'output' (nested tuples count flattened)"
+        return found
     actual_shape = tuple(value.shape)
     reason, expected_text = shape_reason(static, actual_shape, env)
     if reason:
