@@ -107,7 +107,7 @@ def test_check_reports_a_syntax_error(tmp_path: Path, capsys: pytest.CaptureFixt
     spec.write_text("hndl: 1\nnodes: {a: [\n")
     code, out, _ = run(capsys, "check", spec)
     assert code == 1
-    assert out.startswith(f"{spec}:3:1: E_SPEC: YAML syntax error: ")
+    assert out.startswith(f"{spec}:2:12: E_SPEC: YAML syntax error: the '[' opened at 2:12 is not closed")
 
 
 def test_check_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
