@@ -48,3 +48,83 @@ def test_wrong_closing_bracket_on_the_same_line_is_reported_where_it_is() -> Non
     assert p.message == (
         "YAML syntax error: the '[' opened at 3:14 is not closed: expected ',' or ']', but got '}' at 3:21"
     )
+
+
+# --- problems between wired tensors name the nodes wired in ----------------------------------------------
+
+BROADCAST = """
+hndl: 1
+inputs:
+  x: {shape: [B, 784]}
+  mask: {shape: [B, 100]}
+nodes:
+  hidden: {op: linear, in: x, out_features: 512}
+  gate: {op: add, in: [hidden, mask]}
+outputs: [gate]
+"""
+
+
+def test_broadcast_error_names_the_nodes_wired_in_not_the_ports() -> None:
+    # Regression: the message read "'a' [B, 512] and 'b' [B, 100]", the op's port names.
+    p = spec_problem(BROADCAST)
+    assert (p.code, p.node, p.port) == ("E_SHAPE", "gate", "b")
+    assert p.message == (
+        "'hidden' [B, 512] and 'mask' [B, 100] do not broadcast: dim -1 is 512 in 'hidden' and 100 in 'mask'"
+    )
+    assert p.expected == "dim -1 equal to 512, or 1 (broadcast with 'hidden' [B, 512])"
+    assert p.hint == "make dim -1 of 'mask' 512 (or 1, to broadcast), or that of 'hidden' 100"
+
+
+def test_dtype_clash_between_inputs_names_the_nodes_wired_in() -> None:
+    p = spec_problem(
+        "hndl: 1\ninputs:\n  a: {shape: [B, 3, 4], dtype: float32}\n  w: {shape: [4, 2], dtype: float64}\n"
+        "nodes:\n  y: {op: matmul, in: [a, w]}\noutputs: [y]\n"
+    )
+    assert (p.code, p.port, p.message) == ("E_DTYPE", "b", "dtype must match 'a' (float32), got float64 in 'w'")
+    assert p.hint == "give both the same dtype: declare it on the graph inputs they come from, e.g. dtype: float32"
+
+
+# --- hints that propose the likely fix --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("shape", "in_features", "hint"),
+    [
+        ("[B, 28, 28]", 784, "flatten it first: a node {op: flatten, start_dim: 1} makes it [B, 784]"),
+        ("[64, 28, 28]", 784, "flatten it first: a node {op: flatten, start_dim: 1} makes it [64, 784]"),
+        ("[B, 64, 7, 7]", 3136, "flatten it first: a node {op: flatten, start_dim: 1} makes it [B, 3136]"),
+    ],
+)
+def test_rank_mismatch_that_a_flatten_resolves_hints_flatten(shape: str, in_features: int, hint: str) -> None:
+    # Regression: the hint said to drop in_features, which would have applied the layer to the last dim only.
+    p = spec_problem(
+        f"hndl: 1\ninputs:\n  x: {{shape: {shape}}}\n"
+        f"nodes:\n  fc: {{op: linear, in: x, in_features: {in_features}, out_features: 10}}\noutputs: [fc]\n"
+    )
+    assert (p.code, p.node, p.port) == ("E_SHAPE", "fc", "x")
+    assert p.hint == hint
+
+
+def test_conv_output_into_a_linear_hints_flatten() -> None:
+    p = spec_problem(
+        "hndl: 1\ninputs:\n  x: {shape: [B, 1, 28, 28]}\nnodes:\n"
+        "  conv: {op: conv2d, in: x, out_channels: 4, kernel_size: 3, padding: 1}\n"
+        "  fc: {op: linear, in: conv, in_features: 3136, out_features: 10}\noutputs: [fc]\n"
+    )
+    assert p.hint == "flatten it first: a node {op: flatten, start_dim: 1} makes it [B, 3136]"
+
+
+def test_features_that_no_flatten_gives_keep_the_drop_hint() -> None:
+    p = spec_problem(
+        "hndl: 1\ninputs:\n  x: {shape: [B, 28, 28]}\n"
+        "nodes:\n  fc: {op: linear, in: x, in_features: 700, out_features: 10}\noutputs: [fc]\n"
+    )
+    assert p.hint == "drop in_features: hndl infers it from the input"
+
+
+def test_integer_input_into_a_float_layer_hints_the_dtype_to_declare() -> None:
+    p = spec_problem(
+        "hndl: 1\ninputs:\n  x: {shape: [B, 4], dtype: int64}\nnodes:\n  a: {op: relu, in: x}\noutputs: [a]\n"
+    )
+    assert (p.code, p.message) == ("E_DTYPE", "needs dtype float, got int64")
+    assert p.hint == "declare the input's dtype: float32, and pass a floating tensor (x.float() in torch)"
