@@ -128,3 +128,42 @@ def test_integer_input_into_a_float_layer_hints_the_dtype_to_declare() -> None:
     )
     assert (p.code, p.message) == ("E_DTYPE", "needs dtype float, got int64")
     assert p.hint == "declare the input's dtype: float32, and pass a floating tensor (x.float() in torch)"
+
+
+# --- a float64 input into a float32 model is caught by the input contract -----------------------------------
+
+
+def test_float64_input_into_a_float32_model_is_an_input_error_with_the_conversion_hint() -> None:
+    # Regression: it failed inside the first linear as E_RUNTIME "mat1 and mat2 must have the same dtype".
+    torch = pytest.importorskip("torch")
+    model = hndl.build(
+        hndl.loads(
+            "hndl: 1\ninputs: {x: {shape: [B, 4]}}\nnodes: {fc: {op: linear, in: x, out_features: 2}}\noutputs: [fc]\n"
+        )
+    )
+    with pytest.raises(hndl.HndlError) as info:
+        model(torch.zeros(3, 4, dtype=torch.float64))
+    (p,) = info.value.problems
+    assert (p.code, p.node, p.message) == (
+        "E_INPUT",
+        "x",
+        "dtype float64 does not match the model's float32 parameters",
+    )
+    assert (p.expected, p.actual) == ("float32", "float64")
+    assert p.hint == "convert the input with x.float(), or declare dtype: float64 and convert the model with .double()"
+    assert model.double()(torch.zeros(3, 4, dtype=torch.float64)).dtype == torch.float64
+
+
+def test_float64_input_into_a_model_without_parameters_runs() -> None:
+    torch = pytest.importorskip("torch")
+    model = hndl.build(
+        hndl.loads("hndl: 1\ninputs: {x: {shape: [B, 4]}}\nnodes: {a: {op: relu, in: x}}\noutputs: [a]\n")
+    )
+    assert model(torch.ones(2, 4, dtype=torch.float64)).dtype == torch.float64
+
+
+def test_input_declared_float64_is_taken_at_its_word() -> None:
+    torch = pytest.importorskip("torch")
+    spec = "hndl: 1\ninputs: {x: {shape: [B, 4], dtype: float64}}\nnodes: {fc: {op: linear, in: x, out_features: 2}}\noutputs: [fc]\n"
+    model = hndl.build(hndl.loads(spec)).double()
+    assert model(torch.zeros(3, 4, dtype=torch.float64)).dtype == torch.float64

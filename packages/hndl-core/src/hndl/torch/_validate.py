@@ -26,6 +26,7 @@ __all__ = [
     "check_inputs",
     "check_state",
     "layer_failure",
+    "parameter_dtype",
     "run_checked",
     "shape_text",
 ]
@@ -41,8 +42,13 @@ def shape_text(value: Any) -> str:
 # --- inputs ---------------------------------------------------------------------------------------------
 
 
-def check_inputs(checked: CheckedGraph, inputs: Sequence[Any]) -> dict[str, Any]:
+def check_inputs(
+    checked: CheckedGraph, inputs: Sequence[Any], model_dtype: torch.dtype | None = None
+) -> dict[str, Any]:
     """Match each input against its contract; return the symbol bindings.
+
+    ``model_dtype`` is the one floating dtype of the model's parameters (see :func:`parameter_dtype`): an input
+    declared as any floating dtype must then have it, or the first layer would fail on the mix.
 
     Raises:
         HndlError: E_INPUT naming the input, the dim, expected vs actual and the bindings so far.
@@ -78,6 +84,15 @@ def check_inputs(checked: CheckedGraph, inputs: Sequence[Any]) -> dict[str, Any]
             raise fail(
                 f"dtype must be {contract.dtype}, got {actual_dtype}", expected=contract.dtype, actual=actual_dtype
             )
+        if _mixes_with(value, contract.dtype, model_dtype):
+            model = dtype_name(model_dtype)
+            raise fail(
+                f"dtype {actual_dtype} does not match the model's {model} parameters",
+                expected=model,
+                actual=actual_dtype,
+                hint=f"convert the input with x.{_CONVERT.get(model, 'to')}(), or declare dtype: {actual_dtype} "
+                f"and convert the model with .{_CONVERT.get(actual_dtype, 'to')}()",
+            )
         if contract.device is not None and not _device_matches(value.device, contract.device):
             raise fail(
                 f"must be on device {contract.device}, got {value.device}",
@@ -86,6 +101,24 @@ def check_inputs(checked: CheckedGraph, inputs: Sequence[Any]) -> dict[str, Any]
                 hint=f"move it with x.to({contract.device!r})",
             )
     return env
+
+
+#: The tensor and module method that converts to each floating dtype.
+_CONVERT = {"float32": "float", "float64": "double", "float16": "half", "bfloat16": "bfloat16"}
+
+
+def parameter_dtype(module: nn.Module) -> torch.dtype | None:
+    """The floating dtype all of ``module``'s floating parameters share; None when it has none, or several."""
+    found = {p.dtype for p in module.parameters() if p.is_floating_point()}
+    return found.pop() if len(found) == 1 else None
+
+
+def _mixes_with(value: torch.Tensor, declared: str, model_dtype: torch.dtype | None) -> bool:
+    """Whether ``value``, declared as any floating dtype, is a float of another dtype than the model's parameters.
+    An input declared with one exact dtype is taken at its word, and autocast casts the mix itself."""
+    if model_dtype is None or declared != "float" or not value.is_floating_point() or value.dtype == model_dtype:
+        return False
+    return not (value.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(value.device.type))
 
 
 def _input_error(
