@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 import hndl
@@ -167,3 +170,34 @@ def test_input_declared_float64_is_taken_at_its_word() -> None:
     spec = "hndl: 1\ninputs: {x: {shape: [B, 4], dtype: float64}}\nnodes: {fc: {op: linear, in: x, out_features: 2}}\noutputs: [fc]\n"
     model = hndl.build(hndl.loads(spec)).double()
     assert model(torch.zeros(3, 4, dtype=torch.float64)).dtype == torch.float64
+
+
+# --- the closest name for every misspelling ----------------------------------------------------------------
+
+
+def test_misspelt_choice_suggests_the_closest_one() -> None:
+    p = spec_problem(
+        "hndl: 1\ninputs: {x: {shape: [B, 4]}}\nnodes: {p: {op: pad, in: x, pad: [1, 1], mode: reflekt}}\noutputs: [p]\n"
+    )
+    assert (p.code, p.hint) == ("E_PARAM", "did you mean 'reflect'?")
+
+
+def test_out_of_range_parameter_hints_what_it_is() -> None:
+    p = spec_problem(
+        "hndl: 1\ninputs: {x: {shape: [B, 4]}}\nnodes: {fc: {op: linear, in: x, out_features: 0}}\noutputs: [fc]\n"
+    )
+    assert (p.code, p.hint) == ("E_PARAM", "out_features: size of each output sample")
+
+
+def test_unknown_reference_with_no_close_name_lists_the_names() -> None:
+    p = spec_problem(
+        "hndl: 1\ninputs: {x: {shape: [B, 4]}}\nnodes: {fc: {op: linear, in: zzz, out_features: 2}}\noutputs: [fc]\n"
+    )
+    assert (p.code, p.hint) == ("E_REF", "the graph has 'x'")
+
+
+def test_every_message_in_the_error_reference_shows_its_hint() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "reference" / "errors.md").read_text()
+    messages = re.findall(r"Message:\s*```\w*\n(.*?)```", page, re.S)
+    assert len(messages) >= 12
+    assert [m for m in messages if "    hint:" not in m] == []

@@ -76,6 +76,7 @@ def check_inputs(
                 clash = [s for s in before if s in mine]
                 if clash:
                     hint = "; ".join(f"{s} was bound by input {bound_by[s]!r}" for s in clash)
+            hint = hint or f"pass {name} shaped {contract.shape}, or write the shape it has in the graph's inputs"
             raise fail(reason, expected=str(contract.shape), actual=format_shape(tuple(value.shape)), hint=hint)
         for symbol in env:
             bound_by.setdefault(symbol, name)
@@ -365,6 +366,9 @@ def _split(node: CheckedNode, result: Any, count: int, env: dict[str, Any]) -> S
     return result
 
 
+_MODULE_HINT = "op module promises its input's shape unless told: give the layer's output shape with shape: [...]"
+
+
 def _check_output(
     node: CheckedNode,
     port: str,
@@ -383,6 +387,7 @@ def _check_output(
             expected=expected,
             actual=actual,
             bindings=dict(env) or None,
+            hint=_MODULE_HINT if node.opdef.name == "module" else None,
         )
 
     if not isinstance(value, torch.Tensor):
