@@ -69,8 +69,8 @@ def test_check_lists_every_problem_of_broken_yaml(capsys: pytest.CaptureFixture[
     b = str(BROKEN)
     assert headlines == [
         f"{b}:10:12: E_OP node 'act': unknown op 'reluu'",
-        f"{b}:11:21: E_SHAPE add 'gate' port 'b': 'a' [B, 512] and 'b' [B, 100] do not broadcast: "
-        "dim -1 is 512 in 'a' and 100 in 'b'",
+        f"{b}:11:21: E_SHAPE add 'gate' port 'b': 'hidden' [B, 512] and 'mask' [B, 100] do not broadcast: "
+        "dim -1 is 512 in 'hidden' and 100 in 'mask'",
         f"{b}:12:24: E_REF linear 'out': refers to unknown input or node 'hiden'",
         f"{b}:13:37: E_PARAM dropout 'drop': parameter 'p' must be <= 1, got 1.5",
         "Found 4 problems in 1 file.",
@@ -107,7 +107,7 @@ def test_check_reports_a_syntax_error(tmp_path: Path, capsys: pytest.CaptureFixt
     spec.write_text("hndl: 1\nnodes: {a: [\n")
     code, out, _ = run(capsys, "check", spec)
     assert code == 1
-    assert out.startswith(f"{spec}:3:1: E_SPEC: YAML syntax error: ")
+    assert out.startswith(f"{spec}:2:12: E_SPEC: YAML syntax error: the '[' opened at 2:12 is not closed")
 
 
 def test_check_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

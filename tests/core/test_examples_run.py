@@ -112,5 +112,5 @@ def test_regression_a_resnet_block_without_padding_fails_check_naming_the_conv_a
         "padding: 1 keeps it"
     )
     pinned = broken.replace("[B, 64, H, W]", "[B, 64, 32, 32]")
-    with pytest.raises(hndl.HndlError, match="30 in 'a' and 32 in 'b'"):
+    with pytest.raises(hndl.HndlError, match="30 in 'bn2' and 32 in 'x'"):
         hndl.check(hndl.loads(pinned))

@@ -52,17 +52,17 @@ def test_broadcast_runs_as_inferred(op, a, b, env):
     assert torch.equal(model(x1, x2), x1 + x2 if op == "add" else x1 * x2)
 
 
-def test_add_names_both_ports_when_dims_clash():
+def test_add_names_both_inputs_wired_in_when_dims_clash():
     p = problem("add", ("B", 3), ("B", 4))
     assert (p.code, p.node, p.op, p.port) == ("E_SHAPE", "n", "add", "b")
-    assert p.message == "'a' [B, 3] and 'b' [B, 4] do not broadcast: dim -1 is 3 in 'a' and 4 in 'b'"
-    assert (p.expected, p.actual) == ("dim -1 equal to 3, or 1 (broadcast with 'a' [B, 3])", "[B, 4]")
-    assert p.hint == "broadcasting dims must be equal, or one of them 1"
+    assert p.message == "'x0' [B, 3] and 'x1' [B, 4] do not broadcast: dim -1 is 3 in 'x0' and 4 in 'x1'"
+    assert (p.expected, p.actual) == ("dim -1 equal to 3, or 1 (broadcast with 'x0' [B, 3])", "[B, 4]")
+    assert p.hint == "make dim -1 of 'x1' 3 (or 1, to broadcast), or that of 'x0' 4"
 
 
 def test_mul_clash_in_an_inner_dim():
     p = problem("mul", ("B", 3, 5), (4, 1))
-    assert p.message == "'a' [B, 3, 5] and 'b' [4, 1] do not broadcast: dim -2 is 3 in 'a' and 4 in 'b'"
+    assert p.message == "'x0' [B, 3, 5] and 'x1' [4, 1] do not broadcast: dim -2 is 3 in 'x0' and 4 in 'x1'"
 
 
 @pytest.mark.parametrize(
@@ -133,7 +133,7 @@ def test_matmul_inner_dims_must_agree():
     p = problem("matmul", ("B", 3, 5), (4, 2))
     assert (p.code, p.node, p.op, p.port) == ("E_SHAPE", "n", "matmul", "b")
     assert p.message == (
-        "'a' [B, 3, 5] and 'b' [4, 2] cannot be multiplied: the last dim of 'a' (5) must equal dim -2 of 'b' (4)"
+        "'x0' [B, 3, 5] and 'x1' [4, 2] cannot be multiplied: the last dim of 'x0' (5) must equal dim -2 of 'x1' (4)"
     )
     assert (p.expected, p.actual) == ("dim -2 = 5", "[4, 2]")
     assert p.hint == "transpose one operand, or check which dim holds the features"
@@ -144,7 +144,7 @@ def test_matmul_inner_dims_must_agree():
 def test_matmul_batch_dims_must_broadcast():
     p = problem("matmul", (2, 3, 5), (4, 5, 2))
     assert (p.code, p.port) == ("E_SHAPE", "b")
-    assert p.message == "the batch dims of 'a' [2, 3, 5] and 'b' [4, 5, 2] do not broadcast"
+    assert p.message == "the batch dims of 'x0' [2, 3, 5] and 'x1' [4, 5, 2] do not broadcast"
     assert p.hint == "batch dims (all but the last two) must be equal, or 1"
 
 
@@ -156,4 +156,4 @@ def test_matmul_rejects_scalars_and_mixed_dtypes():
         "matmul needs operands with at least 1 dim, got a 0-d tensor",
     )
     p = problem("matmul", ("B", 3, 4), (4, 2), dtypes=["float32", "float64"])
-    assert (p.code, p.port, p.message) == ("E_DTYPE", "b", "dtype must match port 'a' (float32), got float64")
+    assert (p.code, p.port, p.message) == ("E_DTYPE", "b", "dtype must match 'x0' (float32), got float64 in 'x1'")

@@ -39,6 +39,7 @@ def test_a_wrong_dim_names_the_input_the_dim_and_both_shapes():
         "E_INPUT input 'x': dim 1 expected 8, got 9",
         "    expected: [B, 8]",
         "    actual:   [3, 9]",
+        "    hint:     pass x shaped [B, 8], or write the shape it has in the graph's inputs",
     ]
     assert model.validations == 1
 
@@ -147,6 +148,7 @@ def test_an_output_breaking_its_shape_names_node_port_dim_expected_actual_and_bi
         "    expected: [2, 4]",
         "    actual:   [2, 8]",
         "    bound:    B=2",
+        "    hint:     op module promises its input's shape unless told: give the layer's output shape with shape: [...]",
     ]
 
 

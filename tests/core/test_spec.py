@@ -633,7 +633,10 @@ def test_dangling_output_is_located() -> None:
 def test_bad_param_is_located_at_its_key() -> None:
     error = build_error(MLP.replace("out_features: 512", "out_features: -5"))
     (problem,) = error.problems
-    assert str(problem) == "<string>:6:31: E_PARAM linear 'hidden': parameter 'out_features' must be >= 1, got -5"
+    assert str(problem) == (
+        "<string>:6:31: E_PARAM linear 'hidden': parameter 'out_features' must be >= 1, got -5\n"
+        "    hint:     out_features: size of each output sample"
+    )
 
 
 def test_shape_mismatch_is_located() -> None:

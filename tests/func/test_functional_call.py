@@ -117,7 +117,8 @@ def test_wrong_shape_names_key_node_expected_and_actual(mlp, x):
     assert str(info.value) == (
         "E_PARAMS linear 'hidden': parameter 'nodes.n_hidden.weight' has the wrong shape\n"
         "    expected: [16, 8]\n"
-        "    actual:   [16, 9]"
+        "    actual:   [16, 9]\n"
+        "    hint:     pass it shaped like model.state_dict()['nodes.n_hidden.weight']"
     )
 
 

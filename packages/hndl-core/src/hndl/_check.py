@@ -13,7 +13,8 @@ inferred parameters and the types of its inputs and outputs. Lowering it into th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -279,12 +280,15 @@ class _Checker:
 
         def report(code: str, message: str, *, key: str | None = "in", **fields: Any) -> None:
             fields.setdefault("location", node.where(key))
+            if ports is not None and len(in_ids) > 1:
+                message, fields = _name_wired_inputs(message, fields, ports, node.inputs)
             if code == "E_SHAPE" and len(in_ids) > 1:
                 message, cause = self._explain_inputs(message, node, in_ids)
                 if cause:
                     fields["hint"] = cause
             self.problems.add(code, message, node=qual, op=opdef.name, **fields)
 
+        ports: BoundPorts | None = None
         ports = bind_ports(opdef, in_types, params)
         if ports is None:
             report(
@@ -487,3 +491,23 @@ class _Checker:
                     )
                     return False
         return True
+
+
+def _name_wired_inputs(
+    message: str, fields: dict[str, Any], ports: BoundPorts, refs: Sequence[str]
+) -> tuple[str, dict[str, Any]]:
+    """``message`` and the texts in ``fields`` with each quoted port name (``'a'``) replaced by the reference
+    wired into that port (``'hidden'``): ops phrase problems between their inputs in port names, but the user
+    wrote the references. The problem's ``port`` field still names the port."""
+    wired = {port.name: ref for (port, _), ref in zip(ports, refs) if not port.variadic and port.name != ref}
+    if not wired:
+        return message, fields
+    pattern = re.compile("'(" + "|".join(re.escape(name) for name in wired) + ")'")
+
+    def rename(text: str) -> str:
+        return pattern.sub(lambda m: repr(wired[m.group(1)]), text)
+
+    renamed = {
+        k: rename(v) if k in ("expected", "actual", "hint") and isinstance(v, str) else v for k, v in fields.items()
+    }
+    return rename(message), renamed

@@ -85,7 +85,8 @@ def infer_node(
     for port, t in ports:
         reason = _dtype_reason(port, t, ports)
         if reason:
-            report("E_DTYPE", reason, port=port.name, expected=port.dtype, actual=t.dtype, hint=_dtype_hint(port))
+            hint = _dtype_hint(port, t)
+            report("E_DTYPE", reason, port=port.name, expected=port.dtype, actual=t.dtype, hint=hint)
             return None
         pattern = port.pattern
         if pattern is None or t.shape is None:
@@ -96,6 +97,7 @@ def infer_node(
             inferred_given = [p.name for p in opdef.params if p.inferred and p.name in given and p.name in reason]
             if inferred_given:
                 hint = f"drop {inferred_given[0]}: hndl infers it from the input"
+            hint = _flatten_hint(pattern.entries, t.shape, env) or hint
             report(
                 "E_SHAPE",
                 reason,
@@ -237,7 +239,8 @@ def _dtype_reason(port: Port, t: TensorType, ports: BoundPorts) -> str:
         if other is None or other is t:
             return ""
         if dtype_satisfies(t.dtype, other.dtype) is False and dtype_satisfies(other.dtype, t.dtype) is False:
-            return f"dtype must match port {rule[5:]!r} ({other.dtype}), got {t.dtype}"
+            # Quoted port names: the checker replaces them with the references wired in.
+            return f"dtype must match {rule[5:]!r} ({other.dtype}), got {t.dtype} in {port.name!r}"
         return ""
     if dtype_satisfies(t.dtype, rule) is False:
         return f"needs dtype {rule}, got {t.dtype}"
@@ -250,7 +253,34 @@ def _out_dtype(rule: str, ports: BoundPorts) -> str:
     return rule
 
 
-def _dtype_hint(port: Port) -> str | None:
+def _dtype_hint(port: Port, t: TensorType) -> str | None:
+    """The likely fix for a dtype mismatch: declare the graph input's dtype (a tensor's dtype starts there)."""
     if port.dtype in ("int", "int64"):
         return "declare the input's dtype, e.g. dtype: int64"
+    if port.dtype.startswith("same:"):
+        return "give both the same dtype: declare it on the graph inputs they come from, e.g. dtype: float32"
+    if port.dtype.startswith("float") and not t.dtype.startswith("float"):
+        example = "float32" if port.dtype == "float" else port.dtype
+        return f"declare the input's dtype: {example}, and pass a floating tensor (x.float() in torch)"
+    return None
+
+
+def _flatten_hint(entries: Sequence[object], shape: Sequence[object], env: Mapping[str, Any]) -> str | None:
+    """``flatten`` as the fix when a port wants ``n`` features last and the input's trailing dims multiply to
+    ``n`` (``[B, 64, 7, 7]`` into a ``linear`` with in_features 3136): it was meant to be flattened first."""
+    want = env.get(entries[-1]) if entries and isinstance(entries[-1], str) else entries[-1] if entries else None
+    if not isinstance(want, int) or isinstance(want, bool) or not shape or shape[-1] == want:
+        return None
+    size = 1
+    for k in range(1, len(shape) + 1):
+        d = shape[-k]
+        if not isinstance(d, int):
+            return None
+        size *= d
+        if size == want and k >= 2:
+            start = len(shape) - k
+            flat = format_shape((*shape[:start], want))  # type: ignore[arg-type]
+            return f"flatten it first: a node {{op: flatten, start_dim: {start}}} makes it {flat}"
+        if size > want:
+            return None
     return None

@@ -13,7 +13,7 @@ from typing import Any
 
 from ._errors import ProblemList
 from ._graph import Graph, Node, split_ref
-from ._registry import REQUIRED, OpDef, Params, registry
+from ._registry import REQUIRED, OpDef, Param, Params, registry
 from .naming import EXCERPT_LIMIT, excerpt, suggestion
 
 __all__ = ["order_nodes", "resolve_op", "resolve_ref", "validate_params"]
@@ -118,6 +118,7 @@ def validate_params(
                     node=qualname,
                     op=opdef.name,
                     location=node.where(p.name),
+                    hint=_param_hint(p, node.params[p.name]),
                 )
             else:
                 values[p.name] = value
@@ -147,6 +148,15 @@ def validate_params(
         )
         return None
     return Params(values)
+
+
+def _param_hint(p: Param, value: Any) -> str | None:
+    """The closest allowed choice for a misspelt one, else what the parameter is."""
+    if p.choices is not None and isinstance(value, str):
+        close = suggestion(value, [c for c in p.choices if isinstance(c, str)])
+        if close:
+            return close
+    return f"{p.name}: {p.doc}" if p.doc else None
 
 
 def _own_copy(default: Any) -> Any:
@@ -218,6 +228,7 @@ def resolve_ref(
                 location=where,
                 expected=" or ".join(_port_names(g.nodes[name], len(outs))),
                 actual=port if len(port) <= EXCERPT_LIMIT else excerpt(port),
+                hint=suggestion(port, _port_names(g.nodes[name], len(outs))),
             )
             return None
         return outs[index]
@@ -228,9 +239,16 @@ def resolve_ref(
         node=qual,
         op=op,
         location=where,
-        hint=suggestion(name, [*ids, *g.nodes]),
+        hint=suggestion(name, [*ids, *g.nodes]) or _known_names([*ids, *g.nodes], node),
     )
     return None
+
+
+def _known_names(names: list[str], reader: Node | None) -> str:
+    """The names a reference could use, for a misspelling with no close match (a node cannot read itself)."""
+    names = [n for n in names if reader is None or n != reader.name]
+    shown = ", ".join(repr(n) for n in names[:8]) + (", ..." if len(names) > 8 else "")
+    return f"the graph has {shown}" if names else "the graph has no inputs or nodes yet"
 
 
 def _named_ports(node: Node, count: int) -> list[str]:

@@ -197,12 +197,9 @@ def read_yaml(text: str, file: str, problems: ProblemList) -> Located | None:
         )
         return None
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
+        message, mark, hint = _syntax_error(exc, _open_bracket(loader, text))
         location = f"{file}:{mark.line + 1}:{mark.column + 1}" if mark is not None else None
-        what = exc.problem or "invalid YAML"
-        if exc.context:
-            what = f"{exc.context}, {what}"
-        problems.add("E_SPEC", f"YAML syntax error: {what}", location=location)
+        problems.add("E_SPEC", f"YAML syntax error: {message}", location=location, hint=hint)
         return None
     except yaml.YAMLError as exc:  # ReaderError: a character YAML does not allow
         position = getattr(exc, "position", None)
@@ -235,6 +232,52 @@ def read_yaml(text: str, file: str, problems: ProblemList) -> Located | None:
         )
         return None
     return _Reader(file, problems).convert(node, 0)
+
+
+#: The constructs PyYAML names in its context ("while parsing a flow mapping") that a text opens and must close:
+#: what opens each one, and what closes it.
+_OPENED = {
+    "flow mapping": ("'{'", "'}'"),
+    "flow sequence": ("'['", "']'"),
+    "quoted scalar": ("quoted string", "the same quote"),
+}
+
+
+def _open_bracket(loader: _Loader | None, text: str) -> Any:
+    """The mark of the innermost '{' or '[' still open where parsing stopped (the parser keeps a stack of the
+    marks where each open collection started), or None."""
+    for mark in reversed(getattr(loader, "marks", None) or []):
+        if text[mark.index : mark.index + 1] in ("{", "["):
+            return mark
+    return None
+
+
+def _syntax_error(exc: yaml.MarkedYAMLError, bracket: Any) -> tuple[str, Any, str | None]:
+    """``(message, mark to report at, hint)`` for a YAML syntax error.
+
+    PyYAML notices a bracket or quote left open only where the text stops making sense, often lines later, and
+    its ``problem_mark`` points there. The construct left open is the mistake to fix, so when it was opened on an
+    earlier line the error is reported where it was opened, and the message says both places. ``bracket`` is the
+    innermost bracket still open, for errors whose context names something else (the text ending inside it).
+    """
+    problem = exc.problem or "invalid YAML"
+    start, end = exc.context_mark, exc.problem_mark
+    context = exc.context or ""
+    opened = next((v for k, v in _OPENED.items() if context.endswith(k)), None)
+    if opened is None and bracket is not None and end is not None and end.line > bracket.line:
+        start = bracket
+        opened = _OPENED["flow mapping" if bracket.buffer[bracket.pointer] == "{" else "flow sequence"]
+    if opened is None or start is None:
+        if context:
+            at = f" (started at {start.line + 1}:{start.column + 1})" if start is not None else ""
+            problem = f"{context}{at}, {problem}"
+        return problem, end or start, None
+    opener, closer = opened
+    found = f" at {end.line + 1}:{end.column + 1}" if end is not None else ""
+    message = f"the {opener} opened at {start.line + 1}:{start.column + 1} is not closed: {problem}{found}"
+    hint = f"close it with {closer}" + (", or separate its entries with ','" if opener != "quoted string" else "")
+    later = end is not None and end.line > start.line
+    return message, start if later or end is None else end, hint
 
 
 _TOO_BIG_HINT = "a spec this large is probably a mistake; hndl reads specs of a few thousand nodes quickly"

@@ -163,7 +163,8 @@ def broadcast_shapes(a: Shape | None, b: Shape | None, names: tuple[str, str] = 
                 port=names[1],
                 expected=f"dim {-i} equal to {format_dim(da)}, or 1 (broadcast with '{names[0]}' {format_shape(a)})",
                 actual=format_shape(b),
-                hint="broadcasting dims must be equal, or one of them 1",
+                hint=f"make dim {-i} of '{names[1]}' {format_dim(da)} (or 1, to broadcast), or that of "
+                f"'{names[0]}' {format_dim(db)}",
             )
         out.append(d)
     out.reverse()

@@ -36,7 +36,7 @@ from ._guards import (
 )
 from ._state import BuildState, walk_modules
 from ._symbolic import SymbolicCheck, proven_for_all_bindings
-from ._validate import check_inputs, check_state, layer_failure, run_checked
+from ._validate import check_inputs, check_state, layer_failure, parameter_dtype, run_checked
 
 __all__ = ["GraphModule", "SIGNATURE_CACHE_SIZE"]
 
@@ -320,7 +320,7 @@ class GraphModule(nn.Module):
             return self._runtime.unchecked(self, *inputs)
         with self._lock:
             self.validations += 1
-        env = check_inputs(plan.checked, inputs)
+        env = check_inputs(plan.checked, inputs, parameter_dtype(self))
         check_state(self._build_state, self, plan.locations)
         leaves = self._leaves()
         # The registered state has just been found to match the build: this is the state to record. A record that

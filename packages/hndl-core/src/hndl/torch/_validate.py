@@ -27,6 +27,7 @@ __all__ = [
     "check_inputs",
     "check_state",
     "layer_failure",
+    "parameter_dtype",
     "run_checked",
     "shape_text",
 ]
@@ -42,8 +43,13 @@ def shape_text(value: Any) -> str:
 # --- inputs ---------------------------------------------------------------------------------------------
 
 
-def check_inputs(checked: CheckedGraph, inputs: Sequence[Any]) -> dict[str, Any]:
+def check_inputs(
+    checked: CheckedGraph, inputs: Sequence[Any], model_dtype: torch.dtype | None = None
+) -> dict[str, Any]:
     """Match each input against its contract; return the symbol bindings.
+
+    ``model_dtype`` is the one floating dtype of the model's parameters (see :func:`parameter_dtype`): an input
+    declared as any floating dtype must then have it, or the first layer would fail on the mix.
 
     Raises:
         HndlError: E_INPUT naming the input, the dim, expected vs actual and the bindings so far.
@@ -71,6 +77,7 @@ def check_inputs(checked: CheckedGraph, inputs: Sequence[Any]) -> dict[str, Any]
                 clash = [s for s in before if s in mine]
                 if clash:
                     hint = "; ".join(f"{s} was bound by input {bound_by[s]!r}" for s in clash)
+            hint = hint or f"pass {name} shaped {contract.shape}, or write the shape it has in the graph's inputs"
             raise fail(reason, expected=str(contract.shape), actual=format_shape(tuple(value.shape)), hint=hint)
         for symbol in env:
             bound_by.setdefault(symbol, name)
@@ -78,6 +85,15 @@ def check_inputs(checked: CheckedGraph, inputs: Sequence[Any]) -> dict[str, Any]
         if dtype_satisfies(actual_dtype, contract.dtype) is not True:
             raise fail(
                 f"dtype must be {contract.dtype}, got {actual_dtype}", expected=contract.dtype, actual=actual_dtype
+            )
+        if _mixes_with(value, contract.dtype, model_dtype):
+            model = dtype_name(model_dtype)
+            raise fail(
+                f"dtype {actual_dtype} does not match the model's {model} parameters",
+                expected=model,
+                actual=actual_dtype,
+                hint=f"convert the input with x.{_CONVERT.get(model, 'to')}(), or declare dtype: {actual_dtype} "
+                f"and convert the model with .{_CONVERT.get(actual_dtype, 'to')}()",
             )
         if contract.device is not None and not _device_matches(value.device, contract.device):
             raise fail(
@@ -122,6 +138,24 @@ def _all_nodes(checked: CheckedGraph) -> list[CheckedNode]:
         for body in node.body:
             found.extend(_all_nodes(body))
     return found
+
+
+#: The tensor and module method that converts to each floating dtype.
+_CONVERT = {"float32": "float", "float64": "double", "float16": "half", "bfloat16": "bfloat16"}
+
+
+def parameter_dtype(module: nn.Module) -> torch.dtype | None:
+    """The floating dtype all of ``module``'s floating parameters share; None when it has none, or several."""
+    found = {p.dtype for p in module.parameters() if p.is_floating_point()}
+    return found.pop() if len(found) == 1 else None
+
+
+def _mixes_with(value: torch.Tensor, declared: str, model_dtype: torch.dtype | None) -> bool:
+    """Whether ``value``, declared as any floating dtype, is a float of another dtype than the model's parameters.
+    An input declared with one exact dtype is taken at its word, and autocast casts the mix itself."""
+    if model_dtype is None or declared != "float" or not value.is_floating_point() or value.dtype == model_dtype:
+        return False
+    return not (value.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(value.device.type))
 
 
 def _input_error(
@@ -371,6 +405,9 @@ def _split(node: CheckedNode, result: Any, count: int, env: dict[str, Any]) -> S
     return result
 
 
+_MODULE_HINT = "op module promises its input's shape unless told: give the layer's output shape with shape: [...]"
+
+
 def _check_output(
     node: CheckedNode,
     port: str,
@@ -389,6 +426,7 @@ def _check_output(
             expected=expected,
             actual=actual,
             bindings=dict(env) or None,
+            hint=_MODULE_HINT if node.opdef.name == "module" else None,
         )
 
     if not isinstance(value, torch.Tensor):

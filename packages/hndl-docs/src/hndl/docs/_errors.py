@@ -53,7 +53,7 @@ TRIGGERS: dict[str, tuple[Trigger, ...]] = {
     "E_NAME": (Trigger('g = hndl.Graph("mlp")\ng.input("2x", ("B", 784))\n'),),
     "E_REF": (
         Trigger(
-            'g = hndl.Graph("mlp")\nx = g.input("x", ("B", 784))\n'
+            'g = hndl.Graph("mlp")\nx = g.input("x", ("B", 784))\ng.add("linear", x, name="hidden", out_features=64)\n'
             'g.output(g.add("linear", "hiden", name="out", out_features=10))\nhndl.check(g)\n'
         ),
     ),

@@ -227,7 +227,7 @@ def _check_value(
         )
     shape = tuple(value.shape)
     if shape != slot.shape:
-        shape_hint = None
+        shape_hint = f"pass it shaped like model.state_dict()[{key!r}]"
         if shape[1:] == slot.shape:
             shape_hint = (
                 f"a leading dim of {shape[0]} looks like stacked ensemble weights: call under torch.func.vmap "
