@@ -119,10 +119,12 @@ def test_check_never_falls_back_to_a_real_build(hostile_layers: Path, capsys: py
 def test_check_reports_a_meta_build_failure_that_is_not_an_hndl_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken_build(graph: hndl.Graph) -> None:
+    def broken_build(graph: hndl.Graph, checked: object = None) -> None:
         raise RuntimeError("no meta kernel\nother.yaml: OK")
 
-    monkeypatch.setattr(hndl, "build", broken_build)
+    import hndl.torch
+
+    monkeypatch.setattr(hndl.torch, "build_module", broken_build)
     spec = tmp_path / "m.yaml"
     spec.write_text(GOOD)
     code, out = run(capsys, "check", "--build", spec)

@@ -181,7 +181,6 @@ def summary(source: Any, *, depth: int | None = None, **dims: int) -> Summary:
                     hint="load a spec file with hndl.load(path), or build one with hndl.build(graph)",
                 )
             )
-        check(source)
         model = build_on_meta(source)
     checked: CheckedGraph = model.plan.checked
     if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool) or depth < 1):
@@ -221,11 +220,12 @@ def build_on_meta(graph: Graph) -> Any:
     """
     import torch
 
-    from . import build
+    from .torch import build_module
 
+    checked = check(graph)  # static problems are raised as they are: only the build below runs on the meta device
     try:
         with torch.device("meta"):
-            return build(graph)
+            return build_module(graph, checked)
     except HndlError as exc:
         # The graph checked, so these are the layers' own constructors failing; say where they ran.
         problems = [p if p.hint else dataclasses.replace(p, hint=_META_HINT) for p in exc.problems]
