@@ -290,3 +290,12 @@ def test_parameter_messages_echo_a_short_excerpt_of_the_value() -> None:
     assert len(reason) < 100
     _, reason = hndl.Param("n", "int").validate("\x1b[2J")
     assert reason == "must be integer, got string '\\x1b[2J'"
+
+
+def test_regression_module_shape_schema_refused_a_symbol_starting_with_a_digit() -> None:
+    # The schema's symbol pattern was unanchored at the start, so "0A" passed the schema and failed the loader.
+    from jsonschema import Draft202012Validator
+
+    fragment = next(p for p in _params() if p.type.name == "module_shape").type.schema({})
+    assert not Draft202012Validator(fragment).is_valid(["0A"])
+    assert Draft202012Validator(fragment).is_valid(["B", 64])

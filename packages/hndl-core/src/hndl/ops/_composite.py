@@ -98,7 +98,9 @@ class _ModuleShape(ParamType):
         return {"type": "array", "items": _SIZE_SCHEMA}
 
 
-_SIZE_SCHEMA = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": SYMBOL_RE.pattern}]}
+# JSON Schema patterns search (unanchored) and are ECMA regexes: anchor with ^...$, not Python's \Z, or "0A"
+# would pass the schema while the loader refuses it.
+_SIZE_SCHEMA = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}]}
 
 
 class _ModuleShapes(_ModuleShape):
