@@ -169,7 +169,7 @@ def test_code_is_the_generated_source_and_names_every_node():
     model = hndl.build(mlp())
     code = model.code
     assert code.startswith("def execute(self, args, kwargs):")
-    assert "v0 = m0.forward(a0)  # linear 'hidden'" in code
+    assert "else m0.forward(a0)  # linear 'hidden'" in code
     assert "def unchecked(self, a0):" in code
     compile(code, "<test>", "exec")
 

@@ -136,3 +136,14 @@ def test_jit_trace_records_the_model_and_runs_at_another_batch_size():
 def test_defaults_skip_the_sizes_given_so_no_two_dims_share_one():
     model = graph({"x": ("B", "T", 4)})
     assert model.example_inputs(B=2)[0].shape == (2, 3, 4)
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore:.*torch.jit.trace:DeprecationWarning")
+def test_regression_jit_trace_skipped_the_float_dtype_input_check():
+    # A float64 input into a float32 model is E_INPUT on a plain call; the traced path checked shapes only.
+    model = example("mlp")
+    (x,) = model.example_inputs()
+    with pytest.raises(hndl.HndlError) as err:
+        torch.jit.trace(model, (x.double(),))
+    assert err.value.code == "E_INPUT"
+    assert "float32" in str(err.value)

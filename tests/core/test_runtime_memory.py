@@ -95,8 +95,8 @@ def test_a_value_read_by_a_later_node_stays_alive_until_then():
 
 def test_the_generated_code_deletes_each_local_after_its_last_use():
     code = chain().code
-    assert "v1 = m1.forward(v0)  # relu 'act'\n            del v0" in code
-    assert "v3 = m3.forward(v2)  # linear 'third'\n            del v2" in code
+    assert "else m1.forward(v0)  # relu 'act'\n            del v0" in code
+    assert "else m3.forward(v2)  # linear 'third'\n            del v2" in code
     assert "del v1" in code.split("'res'")[1]  # act's output goes only after the add that last reads it
 
 

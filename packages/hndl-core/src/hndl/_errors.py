@@ -62,7 +62,7 @@ CODES: dict[str, str] = {
     "E_INPUT": "call-time inputs break the graph's input contracts",
     "E_CONTRACT": "call-time, a node's output breaks its inferred contract",
     "E_RUNTIME": "call-time, a layer failed, or registered state no longer matches the build",
-    "E_PARAMS": "hndl-func: a parameter/buffer dict does not match the build",
+    "E_PARAMS": "a parameter/buffer dict does not match the build (hndl-func calls, load_model, zoo weights)",
 }
 
 

@@ -12,7 +12,8 @@ inside it be reported by node. Two functions are generated per graph, from its :
     every leaf step: a step calls ``module.forward`` directly (looked up on every call, so a patched class or a
     swapped-in subclass runs its current code), skipping ``nn.Module.__call__``, unless the module has a
     forward/backward hook or was compiled with ``Module.compile()``, or the process has a global hook: then it
-    calls the module. Each value's local is deleted right after the last step that reads it. Anything else goes
+    calls the module. A few standard layers (:mod:`._inline`: Linear, ReLU, GELU, LayerNorm) have their forward
+    written out while their class's ``forward`` is the one it was written from. Each value's local is deleted right after the last step that reads it. Anything else goes
     to ``validate``. The modules, the record's objects and the signature dict are the function's globals, bound
     when the record is taken; the record catches any replacement of a module, so binding them is safe.
 
@@ -38,7 +39,7 @@ from typing import Any
 from .._plan import Plan
 from ._guards import signature_source
 
-__all__ = ["Compiled", "compile_graph", "make_function", "module_expr"]
+__all__ = ["CALL", "FORWARD", "Compiled", "compile_graph", "make_function", "module_expr"]
 
 _CACHE_SIZE = 64
 _cache: dict[str, Compiled] = {}
@@ -62,12 +63,19 @@ def module_expr(path: Sequence[str]) -> str:
     return "nodes" + "".join(f"[{int(k)}]" if k.isdecimal() and k.isascii() else f"[{k!r}]" for k in path)
 
 
-def compile_graph(plan: Plan, hooked: Sequence[bool], stores: Sequence[str], signature: str, label: str) -> Compiled:
+#: A step's call form: through ``nn.Module.__call__`` (a hook, a compiled layer), or ``forward`` directly.
+CALL, FORWARD = "call", "forward"
+
+
+def compile_graph(plan: Plan, forms: Sequence[str], stores: Sequence[str], signature: str, label: str) -> Compiled:
     """Generate and compile the two functions (or fetch them from the cache).
 
     Args:
         plan: the lowered graph: its steps, input and output value ids.
-        hooked: per step, whether the call must go through ``nn.Module.__call__`` (a hook, a compiled layer).
+        forms: per step, how the fast path calls its layer: :data:`CALL` (``m3(...)``, through
+            ``nn.Module.__call__``: a hook, a compiled layer), :data:`FORWARD` (``m3.forward(...)``), or the
+            layer's forward written out (:mod:`._inline`: a template over ``{x}``, ``{p}``, ``{d}``), guarded by
+            ``k3.forward is f3`` so a patched class runs its own code.
         stores: the terms of the stores record's comparison, as source (``StoresRecord.terms``).
         signature: the signature condition, as source (:func:`._guards.signature_guard`).
         label: a readable name for the fake file (the graph name).
@@ -93,8 +101,15 @@ def compile_graph(plan: Plan, hooked: Sequence[bool], stores: Sequence[str], sig
         # The trailing comment names the node, for anyone reading the generated code in a traceback.
         # ``m{i}.forward`` is looked up on every call, so the layer's current code runs: a class whose
         # ``forward`` was patched, a subclass swapped in. A hooked or compiled layer goes through ``__call__``.
-        call = f"m{i}" if hooked[i] else f"m{i}.forward"
-        body.append((f"{target} = {call}({call_args})  # {_comment(step.node.op, step.node.qualname)}", i))
+        form = forms[i]
+        if form == CALL:
+            call = f"m{i}({call_args})"
+        elif form == FORWARD:
+            call = f"m{i}.forward({call_args})"
+        else:
+            inline = form.format(x=call_args, p=f"p{i}", d=f"d{i}")
+            call = f"{inline} if k{i}.forward is f{i} else m{i}.forward({call_args})"
+        body.append((f"{target} = {call}  # {_comment(step.node.op, step.node.qualname)}", i))
         unchecked_body.append(f"{target} = {module_expr(step.node.path)}({call_args})")
         if dead[i]:
             # Drop each value right after the last step that reads it, as torch.fx does: a local would otherwise

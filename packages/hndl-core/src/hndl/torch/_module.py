@@ -19,12 +19,13 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn import functional as _functional
 
 from .._errors import HndlError, Problem
 from .._plan import Plan
 from ..naming import suggestion
 from . import _export, _hooks
-from ._codegen import Compiled, compile_graph, make_function
+from ._codegen import CALL, FORWARD, Compiled, compile_graph, make_function
 from ._guards import (
     VERSION_ATTR,
     StoresRecord,
@@ -34,6 +35,7 @@ from ._guards import (
     signature_guard,
     take_record,
 )
+from ._inline import inline_for
 from ._state import BuildState, walk_modules
 from ._symbolic import SymbolicCheck, proven_for_all_bindings
 from ._validate import check_inputs, check_state, layer_failure, parameter_dtype, run_checked
@@ -60,6 +62,7 @@ class _Runtime:
     unchecked: Callable[..., Any]  # unchecked(self, *inputs): the call traced under torch.compile
     compiled: Compiled
     hooked: tuple[bool, ...]  # per step: called through nn.Module.__call__
+    forms: tuple[str, ...]  # per step: how the fast path calls it (``_codegen.compile_graph``)
 
 
 class GraphModule(nn.Module):
@@ -232,7 +235,13 @@ class GraphModule(nn.Module):
         )
         current = self.__dict__.get("_runtime")
         signature = signature_guard(self._symbolic is not None).source
-        compiled = compile_graph(self._plan, hooked, stores.terms, signature, self.graph.name)
+        forms = self._call_forms(leaves, hooked)
+        if current is not None and current.stores is stores and current.forms == forms:
+            # Validation found the recorded state unchanged (a new input signature): the generated call is
+            # still the right one, and regenerating it would cost the first call of a shape most of its time.
+            self.__dict__["_runtime"] = current
+            return
+        compiled = compile_graph(self._plan, forms, stores.terms, signature, self.graph.name)
         namespace = dict(stores.namespace)
         namespace.update(
             sigs=self._signatures,
@@ -245,12 +254,29 @@ class GraphModule(nn.Module):
         for i, module in enumerate(leaves):
             # A missing module can only be met after validation, which reports it; never called before.
             namespace[f"m{i}"] = _MISSING if module is None else module
+            if module is None or forms[i] in (CALL, FORWARD):
+                continue
+            inline = inline_for(module)  # the form _call_forms chose from this very module
+            if inline is not None:
+                # Bound with the record: it compares these dicts by identity on every call (see ._inline).
+                namespace.update({f"p{i}": module._parameters, f"d{i}": module.__dict__, f"k{i}": type(module)})
+                namespace[f"f{i}"] = inline.original
+        namespace["F"] = _functional
         execute = make_function(compiled.execute, namespace)
         unchecked = current.unchecked if current is not None and current.compiled is compiled else None
         if unchecked is None:
             unchecked = make_function(compiled.unchecked, {})
-        self.__dict__["_runtime"] = _Runtime(stores, execute, unchecked, compiled, hooked)
+        self.__dict__["_runtime"] = _Runtime(stores, execute, unchecked, compiled, hooked, forms)
         self.__dict__["_owned"] = _hooks.own(self, (m for _p, m in walk_modules(self)), self._owned)
+
+    def _call_forms(self, leaves: list[nn.Module | None], hooked: tuple[bool, ...]) -> tuple[str, ...]:
+        """Per step, how the fast path calls its layer (see ``_codegen.compile_graph``): through ``__call__`` when
+        hooked, written out for a plain one-input layer of ``_inline``'s table, else ``forward``."""
+        forms = []
+        for step, module, through_call in zip(self._plan.steps, leaves, hooked):
+            inline = None if through_call or len(step.inputs) != 1 else inline_for(module)
+            forms.append(CALL if through_call else FORWARD if inline is None else inline.template)
+        return tuple(forms)
 
     # -- calling --------------------------------------------------------------------------------------------
 
@@ -316,7 +342,7 @@ class GraphModule(nn.Module):
             # torch.jit.trace records whatever runs and then checks that a second run records the same graph: the
             # inputs are checked, the plain layer calls run, and nothing is remembered, so every traced run of a
             # new signature takes this same path. (Costs nothing on the fast path, which never gets here.)
-            check_inputs(plan.checked, inputs)
+            check_inputs(plan.checked, inputs, parameter_dtype(self))
             return self._runtime.unchecked(self, *inputs)
         with self._lock:
             self.validations += 1

@@ -1,0 +1,59 @@
+"""Layers whose ``forward`` the fast path writes out in place of calling it.
+
+``torch.nn.Linear.forward`` is ``F.linear(input, self.weight, self.bias)``; called as a method it costs a
+Python frame and, for each parameter, a trip through ``nn.Module.__getattr__``: about 0.4 us per linear layer,
+as much as the whole stores comparison of a small model. For a few standard layers the generated call runs the
+same functional call itself, reading the tensors from the layer's ``_parameters`` dict and its settings from
+the layer's instance dict, where ``forward`` would have found them:
+
+``F.linear(a0, p0['weight'], p0['bias']) if k0.forward is f0 else m0.forward(a0)``
+
+``p0``/``d0`` are the layer's ``_parameters`` and ``__dict__``, bound when the stores record is taken (the record
+compares them by identity on every call, so a replaced store dict never reaches this line). ``F`` is looked up
+at call time, as ``forward`` does. The test ``k0.forward is f0`` keeps the class's current code authoritative: a
+patched ``Linear.forward`` (or one patched before the build) runs instead. A layer is written out only when its
+class is exactly one of the table's (a subclass, e.g. a parametrized or FSDP2 layer, calls its own
+``forward``), it has no hook and was not compiled (those go through ``__call__``), and its instance dict has no
+``forward`` of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+__all__ = ["Inline", "inline_for"]
+
+
+@dataclass(frozen=True)
+class Inline:
+    """How one layer class's ``forward`` reads, over ``{x}`` (the input), ``{p}`` (``_parameters``) and ``{d}``
+    (the instance dict); ``original`` is the ``forward`` the template was written from."""
+
+    template: str
+    original: Any
+
+
+# Each template is its class's forward with ``self.<tensor>`` read from ``_parameters`` and ``self.<setting>``
+# from the instance dict (torch 2.4-2.14 all define them so; a torch whose forward differs fails the identity
+# test against the function captured here only if it was patched, so the templates are pinned by a test that
+# compares their results with the class's forward).
+_TABLE: dict[type, Inline] = {
+    nn.Linear: Inline("F.linear({x}, {p}['weight'], {p}['bias'])", nn.Linear.forward),
+    nn.ReLU: Inline("F.relu({x}, inplace={d}['inplace'])", nn.ReLU.forward),
+    nn.GELU: Inline("F.gelu({x}, approximate={d}['approximate'])", nn.GELU.forward),
+    nn.LayerNorm: Inline(
+        "F.layer_norm({x}, {d}['normalized_shape'], {p}['weight'], {p}['bias'], {d}['eps'])", nn.LayerNorm.forward
+    ),
+}
+
+
+def inline_for(module: Any) -> Inline | None:
+    """The template for ``module``'s forward, or None when it must be called (not exactly a table class, its
+    class's ``forward`` is not the one the template was written from, or ``forward`` set on the instance)."""
+    found = _TABLE.get(type(module))
+    if found is None or type(module).forward is not found.original or "forward" in module.__dict__:
+        return None
+    return found
