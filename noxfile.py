@@ -36,8 +36,9 @@ nox.options.reuse_existing_virtualenvs = True
 CORE = "packages/hndl-core"
 FUNC = "packages/hndl-func"
 DOCS = "packages/hndl-docs"
-# jsonschema: tests/core/test_spec_schema.py holds the published schema to the loader; without it the test skips.
-TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "jsonschema>=4.18", "graphviz>=0.20"]
+# jsonschema: tests/core/test_spec_schema.py holds the published schema to the loader; torchinfo:
+# tests/core/test_summary_torchinfo.py holds hndl.summary's totals to torchinfo's. Without them those tests skip.
+TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "jsonschema>=4.18", "graphviz>=0.20", "torchinfo>=1.8"]
 # Every session installs torch through this constraints file: hndl-core accepts a torch range, and without the
 # pin pip would pick the newest release in it (a multi-GB CUDA build). tests_torch214 (below) uses its own.
 TORCH_213 = ["-c", os.path.join("constraints", "torch-2.13.txt")]
