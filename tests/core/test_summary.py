@@ -202,3 +202,10 @@ def test_factored_text_is_the_same_polynomial(terms: list[tuple[int, list[str]]]
         "+".join(f"({c})*" + "*".join(f"({a})" for a in atoms) if atoms else f"({c})" for c, atoms in terms) or "0"
     )
     assert parse_dim(factored_text(d)) == d
+
+
+def test_an_expression_with_no_product_to_regroup_prints_as_everywhere_else() -> None:
+    from hndl._dim_factor import factored_text
+
+    for text in ("786432*B*T+1024*B*T*T", "256*B*S*S+128*B*S*T+121344*B*T", "H//2-3"):
+        assert factored_text(parse_dim(text)) == str(parse_dim(text))

@@ -8,7 +8,7 @@ terms. :func:`factored_text` finds the products again: it takes the highest-degr
 division ``a`` in it (to the first power) whose term without ``a`` is there ``k`` times over, makes the factor
 ``(a+k)``; the product is printed as one group and subtracted, until nothing is left.
 The result is the same polynomial (``parse_dim(factored_text(d)) == d``), only shorter; terms that form no
-product stay as they are, so it is never longer than the canonical text by more than its parentheses.
+product stay as they are, and a dim with no product at all prints as its canonical text.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def factored_text(d: Dim) -> str:
         return str(d)
     left = dict(d.terms)
     parts: list[str] = []
+    regrouped = False
     while left:
         # The highest degree first (a product's leading term), ties in the canonical order of the terms.
         top = max(left, key=len)  # the first of the highest degree: ``left`` keeps the canonical order
@@ -35,7 +36,9 @@ def factored_text(d: Dim) -> str:
             if left[mono] == 0:
                 del left[mono]
         parts.append(("-" if sign < 0 else "+" if parts else "") + text)
-    return "".join(parts)
+        regrouped = regrouped or len(group) > 1
+    # Nothing to regroup: the canonical text, in its order, as everywhere else dims are printed.
+    return "".join(parts) if regrouped else _str(d)
 
 
 def _group(top: Monomial, coeff: int, left: dict[Monomial, int]) -> tuple[dict[Monomial, int], str, int]:
