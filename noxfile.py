@@ -8,6 +8,10 @@
 - docs: the reference docs are current (``python -m hndl.docs --check``) and the Sphinx site builds.
 - bench: the benchmarks (marked ``benchmark``, in benchmarks/ and tests/func/), which compare against
   hand-written PyTorch (and torch.func) in one process.
+- install_docs: the README's set-up command and the quickstart's shell and python blocks, run exactly as written
+  (``bash -euo pipefail``, fresh venvs) in a clean copy of the checkout's tracked files; a failing block is shown
+  with its page and line. The blocks are read by tests/support/shell_blocks.py, as tests/docs/test_install_docs.py
+  reads them.
 - fuzz: the spec fuzzer (tests/fuzz/fuzz_specs.py) for a time budget, 10 minutes unless told otherwise:
   ``nox -s fuzz -- --seconds 60`` (or ``HNDL_FUZZ_SECONDS=60``); other options: ``-- --help``. It exits non-zero
   when any case raised anything but HndlError, ran too long, or failed to round-trip, and says where the
@@ -32,8 +36,9 @@ nox.options.reuse_existing_virtualenvs = True
 CORE = "packages/hndl-core"
 FUNC = "packages/hndl-func"
 DOCS = "packages/hndl-docs"
-# jsonschema: tests/core/test_spec_schema.py holds the published schema to the loader; without it the test skips.
-TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "jsonschema>=4.18", "graphviz>=0.20"]
+# jsonschema: tests/core/test_spec_schema.py holds the published schema to the loader; torchinfo:
+# tests/core/test_summary_torchinfo.py holds hndl.summary's totals to torchinfo's. Without them those tests skip.
+TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "jsonschema>=4.18", "graphviz>=0.20", "torchinfo>=1.8"]
 # Every session installs torch through this constraints file: hndl-core accepts a torch range, and without the
 # pin pip would pick the newest release in it (a multi-GB CUDA build). tests_torch214 (below) uses its own.
 TORCH_213 = ["-c", os.path.join("constraints", "torch-2.13.txt")]
@@ -116,6 +121,35 @@ def docs(session: nox.Session) -> None:
     _install_once(session, *TORCH_213, CORE, FUNC, f"{DOCS}[site]")
     session.run("python", "-m", "hndl.docs", "--check")
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", os.path.join("docs", "_build", "html"))
+
+
+@nox.session(venv_backend="none")
+def install_docs(session: nox.Session) -> None:
+    """What a newcomer runs from the README and the quickstart, as written, in clean copies of the checkout.
+
+    No venv of its own: the pages make theirs (``python3 -m venv .venv`` in the copy), one copy per page so each
+    starts from nothing. The copies are removed when every block passed and kept (the path is printed) when one
+    failed.
+    """
+    import shutil
+    import sys
+    import tempfile
+    import time
+
+    sys.path.insert(0, str(Path("tests", "support").resolve()))
+    from shell_blocks import BlockFailed, clean_copy, run_blocks, shown_output, walkthroughs
+
+    checkout = Path.cwd()
+    for page, blocks in walkthroughs(checkout).items():
+        copy = Path(tempfile.mkdtemp(prefix="hndl-install-docs-"))
+        session.log(f"{page}: {len(blocks)} blocks, in a clean copy at {copy}")
+        started = time.monotonic()
+        try:
+            run_blocks(blocks, clean_copy(checkout, copy), shown=shown_output(page, checkout), log=session.log)
+        except BlockFailed as exc:
+            session.error(f"{exc}\n(the copy is kept at {copy})")
+        shutil.rmtree(copy)
+        session.log(f"{page}: every block ran as written ({time.monotonic() - started:.0f} s)")
 
 
 @nox.session

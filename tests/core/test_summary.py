@@ -6,8 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import hndl
+import hndl.zoo
+from hndl._dims import dim_add, dim_mul, evaluate, parse_dim
 
 torch = pytest.importorskip("torch")
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
@@ -117,13 +121,91 @@ def test_summary_refuses_what_it_cannot_summarise() -> None:
         hndl.summary(hndl.load(ROOT / "examples" / "mlp.yaml"), B=0)
 
 
-def test_the_summary_of_a_symbolic_resnet18_has_no_row_wider_than_120_columns(capsys):
+def test_the_summary_of_a_symbolic_resnet18_fits_100_columns_and_shows_every_rows_expression(capsys):
     # Regression: symbolic multiply-adds of every conv over H and W expand to long polynomials; rows said them in
-    # full (394 columns). Rows now say "symbolic" and the totals wrap under their label.
+    # full (394 columns), then hid them as the word "symbolic". Now they are regrouped into the products they
+    # came from, exactly, and wrap inside their column; the totals wrap under their label.
     from hndl.cli import main
 
-    assert main(["summary", str(ROOT / "examples" / "resnet18.yaml")]) == 0
+    assert main(["summary", "zoo:resnet18", "--depth", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert max(map(len, lines)) <= 120
-    assert any(line.startswith("conv1 ") and line.endswith("symbolic") for line in lines)
-    assert any(line.startswith("MACs:") for line in lines)
+    assert max(map(len, lines)) <= 100
+    assert not any(line.rstrip().endswith("symbolic") for line in lines)
+    conv1 = next(i for i, line in enumerate(lines) if line.startswith("conv1 "))
+    assert lines[conv1].endswith("9408*B*((H-1)//2+1)*")
+    assert lines[conv1 + 1].endswith("((W-1)//2+1)")  # the next line of the same cell, flush with the first
+    assert lines[conv1 + 1].index("((W-1)") == lines[conv1].index("9408*B")
+    layer4 = next(i for i, line in enumerate(lines) if line.startswith("layer4 "))
+    assert "".join(line.split()[-1] for line in lines[layer4 : layer4 + 3]) == "8388608*B*((H-1)//32+1)*((W-1)//32+1)"
+    assert lines[next(i for i, line in enumerate(lines) if line.startswith("MACs:")) + 1].startswith(" " * 13 + "(")
+
+
+def test_symbolic_rows_hold_the_exact_expression_as_data() -> None:
+    from hndl._dims import parse_dim
+
+    table = hndl.summary(hndl.zoo.get("resnet18"), depth=1)
+    rows = {row.name: row for row in table.rows}
+    assert rows["conv1"].macs == "9408*B*((H-1)//2+1)*((W-1)//2+1)"
+    assert rows["layer2"].macs == "524288*B*((H-1)//8+1)*((W-1)//8+1)"
+    assert rows["fc"].macs == "512000*B"
+    # Exact: the rows add up to the total, as polynomials, and with dims bound to the same numbers.
+    total = parse_dim(table.macs)  # type: ignore[arg-type]
+    added = 0
+    for row in table.rows:
+        added = dim_add(added, parse_dim(row.macs))  # type: ignore[arg-type]
+    assert added == total
+    bound = hndl.summary(hndl.zoo.get("resnet18"), depth=1, B=2, H=64, W=48)
+    assert [evaluate(parse_dim(r.macs), {"B": 2, "H": 64, "W": 48}) for r in table.rows] == [  # type: ignore[arg-type]
+        r.macs for r in bound.rows
+    ]
+
+
+def test_factored_text_regroups_strided_output_products_and_nothing_else() -> None:
+    from hndl._dim_factor import factored_text
+
+    h2 = parse_dim("(H-1)//2")
+    conv = dim_mul(dim_mul(9408, parse_dim("B")), dim_mul(dim_add(h2, 1), parse_dim("(W-1)//2+1")))
+    assert str(conv) == "9408*B+9408*B*((H-1)//2)+9408*B*((H-1)//2)*((W-1)//2)+9408*B*((W-1)//2)"
+    assert factored_text(conv) == "9408*B*((H-1)//2+1)*((W-1)//2+1)"
+    # Symbols are not factored: 128*B*S*T+121344*B*T is two costs, not the product 128*B*T*(S+948).
+    cross = parse_dim("128*B*S*T+121344*B*T")
+    assert factored_text(cross) == str(cross)
+    # What forms no product stays as it was, with its sign; a square stays a square.
+    for text in ("406528*B", "1024*B*T*T+786432*B*T", "H//2-3", "-(H//2)*5+B", "((H-1)//2)*((H-1)//2)+1", "7"):
+        d = parse_dim(text)
+        assert parse_dim(factored_text(d)) == d, text
+    assert factored_text(parse_dim("H//2+3")) == "H//2+3"
+    assert factored_text(parse_dim("2*B*(H//2)+6*B")) == "2*B*(H//2+3)"
+
+
+def test_wrapped_expressions_break_between_factors() -> None:
+    from hndl._summary import _wrap_expression
+
+    assert _wrap_expression("9408*B*((H-1)//2+1)*((W-1)//2+1)", 22) == ["9408*B*((H-1)//2+1)*", "((W-1)//2+1)"]
+    assert _wrap_expression("406528*B", 22) == ["406528*B"]
+    assert _wrap_expression("((H-1)//32+1)", 6) == ["((H-1)", "//32+1", ")"]  # only a piece wider than the column
+
+
+_ATOMS = ["B", "T", "H//2", "(W-1)//2", "(H-1)//4"]
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(-50, 50), st.lists(st.sampled_from(_ATOMS), max_size=3)),
+        max_size=8,
+    )
+)
+def test_factored_text_is_the_same_polynomial(terms: list[tuple[int, list[str]]]) -> None:
+    from hndl._dim_factor import factored_text
+
+    d = parse_dim(
+        "+".join(f"({c})*" + "*".join(f"({a})" for a in atoms) if atoms else f"({c})" for c, atoms in terms) or "0"
+    )
+    assert parse_dim(factored_text(d)) == d
+
+
+def test_an_expression_with_no_product_to_regroup_prints_as_everywhere_else() -> None:
+    from hndl._dim_factor import factored_text
+
+    for text in ("786432*B*T+1024*B*T*T", "256*B*S*S+128*B*S*T+121344*B*T", "H//2-3"):
+        assert factored_text(parse_dim(text)) == str(parse_dim(text))

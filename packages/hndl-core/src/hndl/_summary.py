@@ -18,6 +18,7 @@ from typing import Any
 from . import _costs
 from ._check import CheckedGraph, CheckedNode, check
 from ._contracts import Variadic, format_shape
+from ._dim_factor import factored_text
 from ._dims import Dim, dim_add, free_symbols, substitute
 from ._errors import HndlError, Problem
 from ._graph import Graph
@@ -42,8 +43,9 @@ class SummaryRow:
         output_shapes: each output's shape as text, with the given dims filled in.
         params: parameter elements of the node's module (of all its repetitions for a subgraph node).
         trainable: those of ``params`` that require grad.
-        macs: multiply-adds: an ``int`` when every dim is bound, the expression as text otherwise, ``None`` when
-            hndl cannot know them (op ``module``).
+        macs: multiply-adds: an ``int`` when every dim is bound, otherwise the exact expression as text, with
+            strided output sizes as factors (``9408*B*((H-1)//2+1)*((W-1)//2+1)``); ``None`` when hndl cannot
+            know them (op ``module``).
         depth: 1 for a node of the top graph, 2 inside a subgraph node, ...
     """
 
@@ -130,24 +132,40 @@ class Summary:
                 ", ".join(row.inputs),
                 ", ".join(row.output_shapes),
                 f"{row.params:,}",
-                _row_amount(row.macs),
+                _amount(row.macs),
             )
             for row in self.rows
         ]
-        table = _table(header, cells, right=(4, 5), width=width)
+        # MACs may be an expression: it wraps in its column, at its operators (see _wrap_expression).
+        table = _table(header, cells, right=(4, 5), expressions=(5,), width=width)
         uncounted = f" (without {', '.join(self.uncounted)})" if self.uncounted else ""
+        label = 13  # the totals' values start in this column; a long one wraps under its label
         tail = [
             f"params:      {self.total_params:,} (trainable {self.trainable_params:,}, "
             f"non-trainable {self.non_trainable_params:,})",
             f"buffers:     {self.buffer_elements:,} elements",
             f"size:        {self.size_mb:,.2f} MB of parameters and buffers",
-            f"MACs:        {_amount(self.macs, long=True)}{uncounted}",
-            f"activations: {_amount(self.activation_bytes, long=True, unit='B')} (every node's outputs, one forward)",
         ]
+        tail = [wrapped for line in tail for wrapped in textwrap.wrap(line, width, subsequent_indent=" " * label)]
+        # An expression wraps at its operators (a factor like ((H-1)//2+1) stays whole), the words after it at
+        # spaces. A symbolic byte count says "bytes": "8096*B B" would read as a symbol.
+        bytes_unit = "bytes" if isinstance(self.activation_bytes, str) else "B"
+        for name, value, after in (
+            ("MACs:", _amount(self.macs, long=True), uncounted),
+            (
+                "activations:",
+                _amount(self.activation_bytes, long=True, unit=bytes_unit),
+                "(every node's outputs, one forward)",
+            ),
+        ):
+            lines = _wrap_expression(value, width - label)
+            if after and len(lines[-1]) + len(after.rstrip()) + 1 <= width - label:
+                lines[-1] += " " + after.strip()
+            elif after:
+                lines += textwrap.wrap(after.strip(), width - label)
+            tail += [(name if i == 0 else "").ljust(label) + line for i, line in enumerate(lines)]
         if not self.dims and (isinstance(self.macs, str) or isinstance(self.activation_bytes, str)):
-            tail.append("(give dims for numbers: summary(model, B=8) or hndl summary FILE --dims B=8)")
-        # A symbolic total can be long: it wraps under its label rather than widening the output.
-        tail = [wrapped for line in tail for wrapped in textwrap.wrap(line, width, subsequent_indent=" " * 13)]
+            tail += textwrap.wrap("(give dims for numbers: summary(model, B=8) or hndl summary FILE --dims B=8)", width)
         return [printable(line) for line in head] + [printable(line) for line in table + tail]
 
     def __str__(self) -> str:
@@ -361,12 +379,14 @@ _TOO_LONG = "<a number too long to print>"
 
 
 def _value(d: Dim, env: Mapping[str, int]) -> int | str:
-    """``d`` with ``env`` filled in: an int, or its text while symbols remain. A number too long to print in
-    decimal (a product of literals in a hostile spec can exceed Python's 4,300 digits) is described instead."""
+    """``d`` with ``env`` filled in: an int, or while symbols remain its exact expression, with the products
+    that strided outputs expand into regrouped (``9408*B*((H-1)//2+1)*((W-1)//2+1)``, see ``_dim_factor``).
+    A number too long to print in decimal (a product of literals in a hostile spec can exceed Python's 4,300
+    digits) is described instead."""
     value = substitute(d, env)
     if isinstance(value, int):
         return value if value.bit_length() < 14_000 else _TOO_LONG
-    return _dim_text(value)
+    return factored_text(value)
 
 
 def _dim_text(d: Any) -> str:
@@ -386,18 +406,6 @@ def _shape(shape: Sequence[Any] | None, env: Mapping[str, int]) -> str:
 _PREFIXES = ((10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "k"))
 
 
-#: The longest symbolic count a table row shows; a longer one is in the totals, and a row says to give dims.
-ROW_EXPRESSION_WIDTH = 16
-
-
-def _row_amount(value: int | str | None) -> str:
-    """A row's count: like :func:`_amount`, but a long symbolic expression (``9408*B+9408*B*((H-1)//2)+...``,
-    as a conv's multiply-adds over symbolic H and W expand) is shown as ``symbolic`` to keep the table narrow."""
-    if isinstance(value, str) and len(value) > ROW_EXPRESSION_WIDTH:
-        return "symbolic"
-    return _amount(value)
-
-
 def _amount(value: int | str | None, *, long: bool = False, unit: str = "") -> str:
     """A count for the table: ``12.3 M`` (and in the totals the exact number too)."""
     if value is None:
@@ -411,22 +419,39 @@ def _amount(value: int | str | None, *, long: bool = False, unit: str = "") -> s
     return f"{value:,}" + (f" {unit}" if unit else "")
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[int], width: int) -> list[str]:
+def _table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    right: Sequence[int],
+    expressions: Sequence[int] = (),
+    width: int,
+) -> list[str]:
     """Columns sized to their content, then the widest wrappable ones narrowed until the table fits ``width``;
-    a narrowed cell wraps onto more lines (at spaces where it can)."""
+    a narrowed cell wraps onto more lines: text at spaces where it can, an ``expressions`` column at its
+    operators. ``right`` columns are right-aligned, and the ones that are not expressions never wrap."""
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
+    narrowable = [i for i in range(len(widths)) if i not in right or i in expressions]
     gap = 2
     while sum(widths) + gap * (len(widths) - 1) > width:
-        widest = max((i for i in range(len(widths)) if i not in right), key=lambda i: widths[i])
+        widest = max(narrowable, key=lambda i: widths[i])
         if widths[widest] <= 10:
             break  # nothing sensible left to narrow: the table is wider than asked, but whole
         widths[widest] -= 1
 
+    def wrap(i: int, cell: str, w: int) -> list[str]:
+        if i in expressions:
+            return _wrap_expression(cell, w)
+        if i in right:
+            return [cell]
+        return textwrap.wrap(cell, w, break_on_hyphens=False) or [""]
+
     def render(cells: Sequence[str]) -> list[str]:
-        wrapped = [
-            textwrap.wrap(cell, w, break_on_hyphens=False) or [""] if i not in right else [cell]
-            for i, (cell, w) in enumerate(zip(cells, widths))
-        ]
+        wrapped = [wrap(i, cell, w) for i, (cell, w) in enumerate(zip(cells, widths))]
+        # A wrapped expression in a right-aligned column: its lines flush left to each other, the block right.
+        for i in expressions:
+            longest = max(len(line) for line in wrapped[i])
+            wrapped[i] = [line.ljust(longest) for line in wrapped[i]]
         out = []
         for k in range(max(len(c) for c in wrapped)):
             parts = []
@@ -441,3 +466,24 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Seque
     for row in rows:
         lines += render(row)
     return [*lines, rule]
+
+
+def _wrap_expression(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width``, broken after a ``+``, ``-`` or ``*`` outside parentheses (so a
+    factor like ``((H-1)//2+1)`` stays whole), and only where nothing else fits, inside a piece."""
+    pieces: list[str] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and ch in "+-*" and i > 0:
+            pieces.append(text[start : i + 1])
+            start = i + 1
+    pieces.append(text[start:])
+    lines = [""]
+    for piece in pieces:
+        if lines[-1] and len(lines[-1]) + len(piece) > width:
+            lines.append("")
+        lines[-1] += piece
+        while len(lines[-1]) > width:
+            lines[-1:] = [lines[-1][:width], lines[-1][width:]]
+    return lines
