@@ -87,3 +87,17 @@ def test_a_subclass_or_a_hooked_layer_runs_its_own_code():
     model.nodes.n_layer.register_forward_hook(lambda *a: calls.append(1))
     assert torch.equal(model(x), full)
     assert calls == [1]
+
+
+def test_a_weight_moved_to_the_buffers_is_read_where_forward_reads_it():
+    # `del lin.weight` then `register_buffer("weight", ...)`: forward finds the buffer through __getattr__; a
+    # written-out call reading _parameters['weight'] would fail. The layer is left to its forward instead.
+    model = layer_model("linear", out_features=5)
+    x = torch.randn(3, 6)
+    model(x)
+    layer = model.nodes.n_layer
+    weight = layer.weight.detach().clone()
+    del layer.weight
+    layer.register_buffer("weight", weight)
+    assert inline_for(layer) is None
+    assert torch.allclose(model(x), x @ weight.T + layer.bias)

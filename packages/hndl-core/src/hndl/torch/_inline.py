@@ -13,8 +13,9 @@ compares them by identity on every call, so a replaced store dict never reaches 
 at call time, as ``forward`` does. The test ``k0.forward is f0`` keeps the class's current code authoritative: a
 patched ``Linear.forward`` (or one patched before the build) runs instead. A layer is written out only when its
 class is exactly one of the table's (a subclass, e.g. a parametrized or FSDP2 layer, calls its own
-``forward``), it has no hook and was not compiled (those go through ``__call__``), and its instance dict has no
-``forward`` of its own.
+``forward``), it has no hook and was not compiled (those go through ``__call__``), its instance dict has no
+``forward`` of its own, and each name the template reads is where ``forward`` would find it (a parameter
+deleted and put back as a buffer is left to ``forward``).
 """
 
 from __future__ import annotations
@@ -30,10 +31,21 @@ __all__ = ["Inline", "inline_for"]
 @dataclass(frozen=True)
 class Inline:
     """How one layer class's ``forward`` reads, over ``{x}`` (the input), ``{p}`` (``_parameters``) and ``{d}``
-    (the instance dict); ``original`` is the ``forward`` the template was written from."""
+    (the instance dict); ``original`` is the ``forward`` the template was written from, ``tensors`` and
+    ``settings`` the names it reads from each."""
 
     template: str
     original: Any
+    tensors: tuple[str, ...] = ()
+    settings: tuple[str, ...] = ()
+
+    def reads_what_forward_reads(self, module: Any) -> bool:
+        """Whether ``self.<name>`` in ``forward`` would find exactly what the template reads: each tensor in
+        ``_parameters`` and not shadowed by an instance attribute (a buffer or plain tensor put in a deleted
+        parameter's place is found by ``nn.Module.__getattr__`` elsewhere), each setting in the instance dict."""
+        state = module.__dict__
+        params = state.get("_parameters", {})
+        return all(n in params and n not in state for n in self.tensors) and all(n in state for n in self.settings)
 
 
 # Each template is its class's forward with ``self.<tensor>`` read from ``_parameters`` and ``self.<setting>``
@@ -41,11 +53,14 @@ class Inline:
 # test against the function captured here only if it was patched, so the templates are pinned by a test that
 # compares their results with the class's forward).
 _TABLE: dict[type, Inline] = {
-    nn.Linear: Inline("F.linear({x}, {p}['weight'], {p}['bias'])", nn.Linear.forward),
-    nn.ReLU: Inline("F.relu({x}, inplace={d}['inplace'])", nn.ReLU.forward),
-    nn.GELU: Inline("F.gelu({x}, approximate={d}['approximate'])", nn.GELU.forward),
+    nn.Linear: Inline("F.linear({x}, {p}['weight'], {p}['bias'])", nn.Linear.forward, ("weight", "bias")),
+    nn.ReLU: Inline("F.relu({x}, inplace={d}['inplace'])", nn.ReLU.forward, settings=("inplace",)),
+    nn.GELU: Inline("F.gelu({x}, approximate={d}['approximate'])", nn.GELU.forward, settings=("approximate",)),
     nn.LayerNorm: Inline(
-        "F.layer_norm({x}, {d}['normalized_shape'], {p}['weight'], {p}['bias'], {d}['eps'])", nn.LayerNorm.forward
+        "F.layer_norm({x}, {d}['normalized_shape'], {p}['weight'], {p}['bias'], {d}['eps'])",
+        nn.LayerNorm.forward,
+        ("weight", "bias"),
+        ("normalized_shape", "eps"),
     ),
 }
 
@@ -56,4 +71,6 @@ def inline_for(module: Any) -> Inline | None:
     found = _TABLE.get(type(module))
     if found is None or type(module).forward is not found.original or "forward" in module.__dict__:
         return None
-    return found
+    # The record holds these dicts' names and the layer's attribute count from now on, so what is true here
+    # stays true until the next install.
+    return found if found.reads_what_forward_reads(module) else None
