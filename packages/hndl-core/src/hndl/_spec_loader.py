@@ -419,8 +419,14 @@ class _SpecBuilder:
                 value = part.plain()
                 # A graph parameter is named in an input shape as a plain dim, the way symbols are.
                 dollar = key == "shape" and isinstance(value, list) and any(is_reference(d) for d in value)
-                hint = "an input shape names a graph parameter without '$': [B, width, H, W]" if dollar else None
-                self.add("E_SPEC", _bounded(str(exc)), part.loc, node=name, op="input", hint=hint)
+                self.add(
+                    "E_SPEC",
+                    _bounded(str(exc)),
+                    part.loc,
+                    node=name,
+                    op="input",
+                    hint="an input shape names a graph parameter without '$': [B, width, H, W]" if dollar else None,
+                )
                 contract_ok = False
         if not contract_ok:
             return
