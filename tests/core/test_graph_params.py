@@ -453,3 +453,17 @@ def test_a_top_level_input_dim_is_what_python_computes_from_the_parameters(width
         with pytest.raises(hndl.HndlError) as info:
             model(torch.randn(2, size_ + 1))
         assert info.value.code == "E_INPUT"
+
+
+def test_a_python_value_that_holds_itself_is_bound_once_without_hanging() -> None:
+    from hndl._graph import Node
+    from hndl._graph_params import bind_node
+
+    loop: list[Any] = ["$w"]
+    loop += [loop, loop]  # each level twice: walked naively, 2**64 visits
+    shared = ["$w", 3]
+    bound, found = bind_node(Node("n", "relu", [], {"a": loop, "b": [shared, shared]}), {"w": 5})
+    assert found == []
+    assert bound.params["a"][0] == 5
+    assert bound.params["a"][1] is loop  # the container inside itself stays as written
+    assert bound.params["b"] == [[5, 3], [5, 3]]

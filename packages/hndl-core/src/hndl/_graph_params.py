@@ -70,8 +70,7 @@ def resolve(value: str, bindings: Mapping[str, Any]) -> tuple[Any, str, str | No
 
 
 #: How deep :func:`bind_node` looks for references inside a parameter's value: a spec's values nest at most
-#: this deep (its reader's bound), and a value built in Python that nests deeper (or holds itself) is left as it
-#: is below this level rather than walked forever.
+#: this deep (its reader's bound); a value built in Python that nests deeper is left as it is below this level.
 MAX_DEPTH = 64
 
 
@@ -88,6 +87,8 @@ def bind_node(node: Node, bindings: Mapping[str, Any]) -> tuple[Node, list[tuple
         reference stays as written.
     """
     problems: list[tuple[str, str, str | None]] = []
+    holds = _ReferenceFinder()
+    bound: dict[int, Any] = {}  # id of a container -> its bound copy: a value shared or nested in itself is walked once
 
     def value_of(key: str, place: str, value: Any, depth: int) -> Any:
         if is_reference(value):
@@ -96,31 +97,41 @@ def bind_node(node: Node, bindings: Mapping[str, Any]) -> tuple[Node, list[tuple
                 problems.append((key, f"{place}: {reason}" if place != key else reason, hint))
                 return value
             return resolved
-        if depth >= MAX_DEPTH or not _holds(value, depth):
-            return value
+        if depth >= MAX_DEPTH or not holds(value, depth) or id(value) in bound:
+            return bound.get(id(value), value)
+        bound[id(value)] = value  # while walking it: a container inside itself stays as written
         if isinstance(value, Mapping):
-            return {k: value_of(key, _item_place(place, k), v, depth + 1) for k, v in value.items()}
-        items = [value_of(key, f"{place}[{i}]", v, depth + 1) for i, v in enumerate(value)]
-        return items if isinstance(value, list) else tuple(items)
+            out: Any = {k: value_of(key, _item_place(place, k), v, depth + 1) for k, v in value.items()}
+        else:
+            items = [value_of(key, f"{place}[{i}]", v, depth + 1) for i, v in enumerate(value)]
+            out = items if isinstance(value, list) else tuple(items)
+        bound[id(value)] = out
+        return out
 
-    if not _holds(node.when, 0) and not any(_holds(v, 0) for v in node.params.values()):
+    if not holds(node.when, 0) and not any(holds(v, 0) for v in node.params.values()):
         return node, problems
     params = {key: value_of(key, key, value, 0) for key, value in node.params.items()}
     when = value_of("when", "when", node.when, 0)
     return replace(node, params=params, when=when), problems
 
 
-def _holds(value: Any, depth: int) -> bool:
-    """Whether ``value`` is a reference or holds one within :data:`MAX_DEPTH` levels of lists and mappings."""
-    if is_reference(value):
-        return True
-    if depth >= MAX_DEPTH:
-        return False
-    if isinstance(value, Mapping):
-        return any(_holds(v, depth + 1) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_holds(v, depth + 1) for v in value)
-    return False
+class _ReferenceFinder:
+    """Whether a value is a reference or holds one within :data:`MAX_DEPTH` levels of lists and mappings; each
+    container is looked into once (a value built in Python may share or contain itself)."""
+
+    def __init__(self) -> None:
+        self.known: dict[int, bool] = {}
+
+    def __call__(self, value: Any, depth: int) -> bool:
+        if is_reference(value):
+            return True
+        if depth >= MAX_DEPTH or not isinstance(value, (Mapping, list, tuple)):
+            return False
+        if id(value) not in self.known:
+            self.known[id(value)] = False  # while looking: a container inside itself adds nothing
+            children = value.values() if isinstance(value, Mapping) else value
+            self.known[id(value)] = any(self(v, depth + 1) for v in children)
+        return self.known[id(value)]
 
 
 def _item_place(place: str, key: Any) -> str:
