@@ -248,3 +248,26 @@ def test_every_entrys_configuration_is_listed_in_the_docs() -> None:
         assert list(hndl.zoo.get(name).params) == params
         (row,) = [line for line in docs.splitlines() if line.startswith(f"| `{name}` |")]
         assert row.split("|")[4].strip() == ", ".join(f"`{p}`" for p in params), name
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides"),
+    [
+        ("resnet18", dict(layers1=1, layers4=3, width=8)),
+        ("resnet50", dict(layers2=1, groups=2, width_per_group=16)),
+        ("vit_b_16", dict(image_size=32, patch_size=8, hidden_dim=48, num_heads=4, depth=1)),
+        ("vit_tiny_patch16_224", dict(image_size=48, hidden_dim=24, depth=1)),
+        ("gpt2", dict(n_layer=1, n_embd=32, n_head=2)),
+        ("unet", dict(width=4, in_channels=2)),
+        ("lstm_classifier", dict(num_layers=3, hidden_size=8)),
+        ("seq2seq_transformer", dict(d_model=32, nhead=2)),
+    ],
+)
+def test_a_configured_entry_round_trips_through_dumps(name: str, overrides: dict[str, int]) -> None:
+    graph = hndl.zoo.get(name, **overrides)
+    text = hndl.dumps(graph)
+    assert hndl.dumps(hndl.loads(text)) == text
+    with torch.device("meta"):
+        ours = {k: tuple(v.shape) for k, v in hndl.build(graph).state_dict().items()}
+        again = {k: tuple(v.shape) for k, v in hndl.build(hndl.loads(text)).state_dict().items()}
+    assert again == ours
