@@ -299,3 +299,69 @@ def test_regression_module_shape_schema_refused_a_symbol_starting_with_a_digit()
     fragment = next(p for p in _params() if p.type.name == "module_shape").type.schema({})
     assert not Draft202012Validator(fragment).is_valid(["0A"])
     assert Draft202012Validator(fragment).is_valid(["B", 64])
+
+
+# --- graph parameter references inside lists (SPEC §1.6) ----------------------------------------------------
+
+
+def _param_node_fragment(op: str, param: str) -> dict[str, Any]:
+    """The schema a parameter of ``op`` gets in a graph that declares parameters (where '$name' is allowed)."""
+    for branch in SCHEMA["$defs"]["param_node"]["allOf"]:
+        if branch["if"]["properties"]["op"]["const"] == op:
+            return {"$defs": SCHEMA["$defs"], **branch["then"]["properties"][param]}
+    raise AssertionError(op)
+
+
+LIST_PARAMS = [
+    (o.name, p)
+    for o in hndl.registry
+    for p in o.params
+    if "array" in repr(p.schema())  # a list type: ints, int_or_pair, shape, expand's sizes, graph params
+]
+
+
+@pytest.mark.parametrize(("op", "param"), LIST_PARAMS, ids=lambda x: x if isinstance(x, str) else x.name)
+@settings(max_examples=40, deadline=None)
+@given(value=PARAM_VALUES, picks=st.lists(st.booleans(), max_size=4))
+def test_a_list_with_references_is_valid_to_the_schema_when_its_bound_value_is_to_the_checker(
+    op: str, param: hndl.Param, value: Any, picks: list[bool]
+) -> None:
+    from hndl._graph import Node
+    from hndl._graph_params import bind_node
+
+    if not isinstance(value, list):
+        return
+    bindings = {f"v{i}": item for i, item in enumerate(value) if i < len(picks) and picks[i]}
+    written = [f"$v{i}" if f"v{i}" in bindings else item for i, item in enumerate(value)]
+    bound, problems = bind_node(Node("n", op, [], {param.name: written}), bindings)
+    assert problems == []
+    assert bound.params[param.name] == value
+    _, reason = param.validate(value)
+    if not reason:
+        assert StrictValidator(_param_node_fragment(op, param.name)).is_valid(written), written
+
+
+def test_references_inside_lists_are_valid_where_the_graph_declares_parameters() -> None:
+    doc = {
+        "hndl": 1,
+        "params": {"k": 3, "w": 4},
+        "inputs": {"x": {"shape": ["B", 2, 8, 8]}},
+        "nodes": {
+            "conv": {"op": "conv2d", "in": "x", "out_channels": "$w", "kernel_size": ["$k", "$k"]},
+            "token": {"op": "parameter", "shape": [1, "$w*2", 1]},
+            "wide": {"op": "expand", "in": "token", "shape": ["$k", -1, "$w"]},
+        },
+        "outputs": ["conv", "wide"],
+    }
+    assert VALIDATOR.is_valid(doc), next(VALIDATOR.iter_errors(doc)).message
+    hndl.check(hndl.loads(hndl.flow_yaml(doc)))
+    bad = copy.deepcopy(doc)
+    bad["nodes"]["conv"]["kernel_size"] = ["$k", "three"]  # neither an integer nor a reference
+    assert not VALIDATOR.is_valid(bad)
+    with pytest.raises(hndl.HndlError):
+        hndl.check(hndl.loads(hndl.flow_yaml(bad)))
+    unparametrised = copy.deepcopy(doc)
+    del unparametrised["params"]  # then there is nothing to refer to
+    assert not VALIDATOR.is_valid(unparametrised)
+    with pytest.raises(hndl.HndlError):
+        hndl.check(hndl.loads(hndl.flow_yaml(unparametrised)))

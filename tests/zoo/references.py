@@ -24,10 +24,10 @@ class DoubleConv(nn.Module):
 class UNet(nn.Module):
     """Ronneberger et al.'s UNet with padded 3x3 convolutions, channels width .. 16*width."""
 
-    def __init__(self, num_classes: int = 2, width: int = 16) -> None:
+    def __init__(self, num_classes: int = 2, width: int = 16, in_channels: int = 3) -> None:
         super().__init__()
         w = [width * 2**i for i in range(5)]
-        self.down1 = DoubleConv(3, w[0])
+        self.down1 = DoubleConv(in_channels, w[0])
         self.down2 = DoubleConv(w[0], w[1])
         self.down3 = DoubleConv(w[1], w[2])
         self.down4 = DoubleConv(w[2], w[3])

@@ -77,7 +77,7 @@ def test_an_unknown_override_is_e_param_with_a_did_you_mean():
     assert [p.code for p in err.problems] == ["E_PARAM", "E_PARAM"]
     assert err.problems[0].message == "zoo:resnet18 has no parameter 'num_class'"
     assert err.problems[0].hint == "did you mean 'num_classes'?"
-    assert err.problems[1].expected == "one of num_classes, width"
+    assert err.problems[1].expected == "one of layers1, layers2, layers3, layers4, width, num_classes"
 
 
 def test_a_bad_override_value_is_reported_by_the_checker_at_the_spec_line():

@@ -28,6 +28,13 @@ def test_unet_at_another_width_and_class_count():
     check_outputs("unet", _seeded(lambda: UNet(5, 8)), [torch.randn(1, 3, 32, 48)], exact=True, num_classes=5, width=8)
 
 
+def test_unet_with_other_input_channels():
+    kw = dict(num_classes=3, width=4, in_channels=1)
+    check_count("unet", UNet(**kw), **kw)
+    check_outputs("unet", _seeded(lambda: UNet(**kw)), [torch.randn(2, 1, 32, 32)], exact=True, **kw)
+    check_gradients("unet", _seeded(lambda: UNet(**kw)), [torch.randn(2, 1, 16, 16)], **kw)
+
+
 def test_lstm_classifier_matches_its_reference():
     tokens = torch.randint(0, 10000, (3, 11))
     check_count("lstm_classifier", LSTMClassifier())

@@ -39,6 +39,49 @@ def test_resnet18_with_ten_classes_and_half_width_counts_like_torchvision():
     )
 
 
+@pytest.mark.parametrize("layers", [[1, 1, 1, 1], [1, 2, 1, 3]])
+def test_resnet18_at_other_stage_depths_matches_torchvision(layers):
+    models = require("torchvision.models")
+    config = dict(layers1=layers[0], layers2=layers[1], layers3=layers[2], layers4=layers[3], num_classes=10)
+    make = lambda: models.ResNet(models.resnet.BasicBlock, layers, num_classes=10)  # noqa: E731
+    check_count("resnet18", make(), **config)
+    check_outputs("resnet18", _seeded(make), [torch.randn(2, 3, 64, 64)], exact=True, **config)
+    check_gradients("resnet18", _seeded(make), [torch.randn(2, 3, 64, 64)], **config)
+
+
+def test_resnet50_at_other_stage_depths_matches_torchvision():
+    models = require("torchvision.models")
+    config = dict(layers1=1, layers2=1, layers3=2, layers4=1, num_classes=10)
+    make = lambda: models.ResNet(models.resnet.Bottleneck, [1, 1, 2, 1], num_classes=10)  # noqa: E731
+    check_count("resnet50", make(), **config)
+    check_outputs("resnet50", _seeded(make), [torch.randn(2, 3, 64, 64)], exact=True, **config)
+    check_gradients("resnet50", _seeded(make), [torch.randn(2, 3, 64, 64)], **config)
+
+
+@pytest.mark.parametrize(
+    ("variant", "config"),
+    [
+        ("resnet34", dict(layers1=3, layers2=4, layers3=6, layers4=3)),
+        ("resnet101", dict(layers3=23)),
+        ("resnext50_32x4d", dict(groups=32, width_per_group=4)),
+        ("wide_resnet50_2", dict(width_per_group=128)),
+    ],
+)
+def test_resnet_family_members_count_like_torchvision(variant, config):
+    models = require("torchvision.models")
+    check_count("resnet18" if variant == "resnet34" else "resnet50", getattr(models, variant)(), **config)
+
+
+def test_resnext_matches_torchvision():
+    models = require("torchvision.models")
+    config = dict(layers1=1, layers2=1, layers3=1, layers4=1, groups=4, width_per_group=8, num_classes=5)
+    make = lambda: models.ResNet(  # noqa: E731
+        models.resnet.Bottleneck, [1, 1, 1, 1], num_classes=5, groups=4, width_per_group=8
+    )
+    check_count("resnet50", make(), **config)
+    check_outputs("resnet50", _seeded(make), [torch.randn(2, 3, 64, 64)], exact=True, **config)
+
+
 def test_vit_b_16_matches_torchvision():
     models = require("torchvision.models")
     check_count("vit_b_16", models.vit_b_16())
@@ -54,6 +97,20 @@ def test_vit_b_16_at_other_depth_and_classes():
     check_count("vit_b_16", ref, depth=2, num_classes=7)
 
 
+@pytest.mark.parametrize(("image_size", "patch_size"), [(64, 16), (32, 8)])
+def test_vit_b_16_at_other_image_patch_width_and_depth_matches_torchvision(image_size, patch_size):
+    models = require("torchvision.models")
+    config = dict(image_size=image_size, patch_size=patch_size, hidden_dim=192, depth=2, num_heads=3, mlp_dim=384)
+    config["num_classes"] = 10
+    make = lambda: models.VisionTransformer(  # noqa: E731
+        image_size, patch_size, num_layers=2, num_heads=3, hidden_dim=192, mlp_dim=384, num_classes=10
+    )
+    check_count("vit_b_16", make(), **config)
+    image = torch.randn(2, 3, image_size, image_size)
+    check_outputs("vit_b_16", _seeded(make), [image], exact=False, **config)
+    check_gradients("vit_b_16", _seeded(make), [image], **config)
+
+
 def test_vit_tiny_matches_timm():
     timm = require("timm")
     make = lambda: timm.create_model("vit_tiny_patch16_224", pretrained=False)  # noqa: E731
@@ -61,6 +118,26 @@ def test_vit_tiny_matches_timm():
     image = torch.randn(2, 3, 224, 224)
     check_outputs("vit_tiny_patch16_224", _seeded(make), [image], exact=False)
     check_gradients("vit_tiny_patch16_224", _seeded(make), [image])
+
+
+def test_vit_tiny_at_other_image_patch_width_and_depth_matches_timm():
+    timm = require("timm")
+    config = dict(image_size=64, patch_size=8, hidden_dim=96, depth=2, num_heads=3, mlp_dim=384, num_classes=10)
+    make = lambda: timm.create_model(  # noqa: E731
+        "vit_tiny_patch16_224",
+        pretrained=False,
+        img_size=64,
+        patch_size=8,
+        embed_dim=96,
+        depth=2,
+        num_heads=3,
+        mlp_ratio=4.0,
+        num_classes=10,
+    )
+    check_count("vit_tiny_patch16_224", make(), **config)
+    image = torch.randn(2, 3, 64, 64)
+    check_outputs("vit_tiny_patch16_224", _seeded(make), [image], exact=False, **config)
+    check_gradients("vit_tiny_patch16_224", _seeded(make), [image], **config)
 
 
 def _gpt2(**config):
@@ -88,4 +165,16 @@ def test_gpt2_with_a_small_configuration():
         exact=False,
         output=lambda o: o.logits,
         **config,
+    )
+
+
+def test_gpt2_with_two_layers_of_width_128_and_the_full_vocabulary():
+    config = dict(n_layer=2, n_embd=128, n_head=4)
+    check_count("gpt2", _gpt2(**config), **config)
+    no_dropout = dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    tokens = torch.randint(0, 50257, (2, 12))
+    logits = lambda out: out.logits  # noqa: E731
+    check_outputs("gpt2", _seeded(lambda: _gpt2(**config)), [tokens], exact=False, output=logits, **config)
+    check_gradients(
+        "gpt2", _seeded(lambda: _gpt2(**config, **no_dropout)), [tokens], output=logits, dropout=0.0, **config
     )

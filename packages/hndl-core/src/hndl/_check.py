@@ -22,7 +22,7 @@ from ._contracts import Contract, TensorType, dtype_satisfies, format_shape
 from ._dims import DimError
 from ._errors import Problem, ProblemList
 from ._graph import Graph, Node
-from ._graph_params import bind_node, repetition_params, seed_env
+from ._graph_params import bind_contract, bind_node, repetition_params, seed_env
 from ._infer import BoundPorts, Report, active_ports, bind_ports, infer_node, input_count_words
 from ._registry import OpDef, Params, registry
 from ._resolve import order_nodes, output_count, resolve_op, resolve_ref, validate_params
@@ -112,9 +112,23 @@ class _Checker:
         g = self.root
         if not self._within_node_limit():
             return None
-        types: dict[str, TensorType] = {}
+        # The top level's inputs follow its configuration as a subgraph's do: a dim that names an integer
+        # parameter is that parameter's value, statically and in the run-time check (``CheckedGraph.contracts``).
+        contracts: list[Contract] = []
+        types: dict[str, TensorType | None] = {}
         for name, spec in g.inputs.items():
-            types[name] = spec.contract.static_type()
+            contract, reason = bind_contract(spec.contract, g.params)
+            contracts.append(contract)
+            types[name] = None if reason else contract.static_type()  # None: nodes it feeds are not checked
+            if reason:
+                self.problems.add(
+                    "E_PARAM",
+                    f"shape {contract.shape}: {reason}",
+                    node=name,
+                    op="input",
+                    location=spec.location,
+                    hint="a dim that names an integer graph parameter takes its value",
+                )
         if not g.outputs:
             self.problems.add(
                 "E_REF",
@@ -122,12 +136,15 @@ class _Checker:
                 location=g.location,
                 hint="call g.output(...) or add an 'outputs:' list",
             )
-        return self.check_graph(g, types, prefix="", path=(), bindings=dict(g.params))
+        checked = self.check_graph(g, types, prefix="", path=(), bindings=dict(g.params))
+        if checked is not None:
+            checked.contracts = contracts
+        return checked
 
     def check_graph(
         self,
         g: Graph,
-        input_types: Mapping[str, TensorType],
+        input_types: Mapping[str, TensorType | None],
         *,
         prefix: str,
         path: tuple[str, ...],

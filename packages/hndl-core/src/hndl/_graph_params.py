@@ -4,9 +4,11 @@
 A graph declares parameters with defaults (``Graph.params``, a spec graph's ``params:``). A node parameter
 written ``"$name"`` takes the parameter's value as it is (any plain value); ``"$expr"`` is an integer expression
 over integer parameters (``"$width*4"``, ``"$width//2"``), evaluated with the dims arithmetic, nothing
-``eval``-ed. A reference is a whole parameter value, or a whole value inside a mapping parameter (so a
-``graph`` node can pass ``params: {width: $width}`` on to a subgraph of its own). A node's ``when`` may be
-``"$name"`` of a bool parameter. An input shape names an integer parameter as a dim (``[B, width, H, W]``).
+``eval``-ed. A reference may stand anywhere in a parameter's value: the whole value, an item of a list
+(``shape: [1, "$tokens+1", $dim]``, ``kernel_size: [$k, $k]``) or a value inside a mapping (so a ``graph`` node
+can pass ``params: {width: $width}`` on to a subgraph of its own), at any depth. A node's ``when`` may be
+``"$name"`` of a bool parameter. An input shape names an integer parameter as a dim (``[B, width, H, W]``),
+at the top level as in a subgraph.
 
 Everything here returns reasons rather than raising; the checker (:mod:`hndl._check`) reports them.
 """
@@ -18,11 +20,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ._dims import DimError, evaluate, free_symbols, parse_dim
+from ._contracts import Contract, ShapePattern
+from ._dims import DimError, evaluate, format_dim, free_symbols, parse_dim, substitute
 from ._graph import Graph, Node
 from .naming import excerpt, suggestion
 
-__all__ = ["PREFIX", "bind_node", "is_reference", "repetition_params"]
+__all__ = ["PREFIX", "bind_contract", "bind_node", "is_reference", "repetition_params", "seed_env"]
 
 #: What starts a reference to a graph parameter in a node's parameters.
 PREFIX = "$"
@@ -66,52 +69,86 @@ def resolve(value: str, bindings: Mapping[str, Any]) -> tuple[Any, str, str | No
         return None, f"{excerpt(value)}: {exc}", None
 
 
+#: How deep :func:`bind_node` looks for references inside a parameter's value: a spec's values nest at most
+#: this deep (its reader's bound); a value built in Python that nests deeper is left as it is below this level.
+MAX_DEPTH = 64
+
+
 def bind_node(node: Node, bindings: Mapping[str, Any]) -> tuple[Node, list[tuple[str, str, str | None]]]:
     """``node`` with every reference in its parameters and ``when`` replaced by its value.
 
+    A reference may be a whole parameter value or sit at any depth inside lists and mappings
+    (``shape: [1, "$tokens+1", $dim]``); containers that hold no reference are kept as they are.
+
     Returns:
         The bound node (``node`` itself when it holds no reference) and the problems as
-        ``(key, reason, hint)``; on a problem the parameter keeps its reference.
+        ``(key, reason, hint)``, ``key`` being the node key whose value holds the bad reference (a reason
+        about one inside a list or mapping starts with its place: ``shape[1]: ...``); on a problem the
+        reference stays as written.
     """
     problems: list[tuple[str, str, str | None]] = []
+    holds = _ReferenceFinder()
+    bound: dict[int, Any] = {}  # id of a container -> its bound copy: a value shared or nested in itself is walked once
 
-    def value_of(key: str, value: Any) -> Any:
+    def value_of(key: str, place: str, value: Any, depth: int) -> Any:
         if is_reference(value):
             resolved, reason, hint = resolve(value, bindings)
             if reason:
-                problems.append((key, reason, hint))
+                problems.append((key, f"{place}: {reason}" if place != key else reason, hint))
                 return value
             return resolved
+        if depth >= MAX_DEPTH or not holds(value, depth) or id(value) in bound:
+            return bound.get(id(value), value)
+        bound[id(value)] = value  # while walking it: a container inside itself stays as written
         if isinstance(value, Mapping):
-            return {k: value_of(key, v) if is_reference(v) else v for k, v in value.items()}
-        if isinstance(value, list) and all(isinstance(v, Mapping) for v in value):
-            return [value_of(key, v) for v in value]
-        return value
+            out: Any = {k: value_of(key, _item_place(place, k), v, depth + 1) for k, v in value.items()}
+        else:
+            items = [value_of(key, f"{place}[{i}]", v, depth + 1) for i, v in enumerate(value)]
+            out = items if isinstance(value, list) else tuple(items)
+        bound[id(value)] = out
+        return out
 
-    if not _holds_reference(node):
+    if not holds(node.when, 0) and not any(holds(v, 0) for v in node.params.values()):
         return node, problems
-    params = {key: value_of(key, value) for key, value in node.params.items()}
-    when = value_of("when", node.when)
+    params = {key: value_of(key, key, value, 0) for key, value in node.params.items()}
+    when = value_of("when", "when", node.when, 0)
     return replace(node, params=params, when=when), problems
 
 
-def _holds_reference(node: Node) -> bool:
-    def holds(value: Any) -> bool:
+class _ReferenceFinder:
+    """Whether a value is a reference or holds one within :data:`MAX_DEPTH` levels of lists and mappings; each
+    container is looked into once (a value built in Python may share or contain itself)."""
+
+    def __init__(self) -> None:
+        self.known: dict[int, bool] = {}
+
+    def __call__(self, value: Any, depth: int) -> bool:
         if is_reference(value):
             return True
-        if isinstance(value, Mapping):
-            return any(is_reference(v) for v in value.values())
-        if isinstance(value, list):
-            return any(isinstance(v, Mapping) and holds(v) for v in value)
-        return False
+        if depth >= MAX_DEPTH or not isinstance(value, (Mapping, list, tuple)):
+            return False
+        if id(value) not in self.known:
+            self.known[id(value)] = False  # while looking: a container inside itself adds nothing
+            children = value.values() if isinstance(value, Mapping) else value
+            self.known[id(value)] = any(self(v, depth + 1) for v in children)
+        return self.known[id(value)]
 
-    return holds(node.when) or any(holds(v) for v in node.params.values())
+
+def _item_place(place: str, key: Any) -> str:
+    """Where a mapping value sits, for messages: ``params.width``, or ``kwargs['a b']`` for an odd key."""
+    if isinstance(key, str) and key.isidentifier():
+        return f"{place}.{key}"
+    return f"{place}[{excerpt(key)}]"
 
 
 def repetition_params(sub: Graph, passed: Any, repeat: int) -> tuple[list[dict[str, Any]], str, str | None]:
     """The parameter values of each repetition of ``sub``: its defaults, overridden by what the use passed.
 
-    ``passed`` is ``None``, a mapping (for every repetition) or a list of ``repeat`` mappings (one each).
+    ``passed`` is ``None``, a mapping (for every repetition) or a list of mappings: each but the last for one
+    repetition in turn, the last for every repetition after those (none, one or many). So
+    ``[{stride: 2, downsample: true}, {}]`` makes the first repetition differ and the rest alike for any
+    ``repeat`` from 1 up (a ResNet stage of configurable depth), and a list of ``repeat`` mappings is one per
+    repetition.
 
     Returns:
         ``(values per repetition, "", None)``, or ``([], reason, hint)``.
@@ -122,12 +159,15 @@ def repetition_params(sub: Graph, passed: Any, repeat: int) -> tuple[list[dict[s
         given = [passed] * repeat
     else:
         given = list(passed)
-        if len(given) != repeat:
+        if not given or len(given) > repeat + 1:
+            times = f"{repeat} repetition{'s' if repeat != 1 else ''}"
             return (
                 [],
-                f"'params' lists {len(given)} mappings for {repeat} repetition{'s' if repeat != 1 else ''}",
-                "give one mapping for all repetitions, or one per repetition",
+                f"'params' lists {len(given)} mappings for {times}",
+                "give one mapping for every repetition, or a list: one mapping per repetition in turn, the last "
+                f"for every repetition after them (at most {repeat + 1} mappings here)",
             )
+        given = given[:-1] + [given[-1]] * (repeat - (len(given) - 1))  # len(given) - 1 <= repeat
     out: list[dict[str, Any]] = []
     for values in given:
         for name in values:
@@ -137,6 +177,35 @@ def repetition_params(sub: Graph, passed: Any, repeat: int) -> tuple[list[dict[s
                 return [], f"graph {sub.name!r} has no parameter {excerpt(name)}", hint
         out.append({**copy.deepcopy(sub.params), **copy.deepcopy(dict(values))})
     return out, "", None
+
+
+def bind_contract(contract: Contract, bindings: Mapping[str, Any]) -> tuple[Contract, str]:
+    """``contract`` with each dim that names an integer parameter replaced by its value (``[B, 3, size, size]``
+    with ``size: 64`` is ``[B, 3, 64, 64]``; ``[B, width*4]`` is computed), so the top level's inputs follow the
+    graph's configuration as a subgraph's do.
+
+    Returns:
+        ``(bound contract, "")`` (``contract`` itself when no dim names a parameter), or ``(contract, reason)``
+        when a dim comes out negative.
+    """
+    env = seed_env(bindings)
+    pattern = contract.shape
+    if not env or not any(d is not None and free_symbols(d) & env.keys() for d in pattern.dims):
+        return contract, ""
+    entries: list[Any] = []
+    for entry, d in zip(pattern.entries, pattern.dims):
+        if d is None or not free_symbols(d) & env.keys():
+            entries.append(entry)
+            continue
+        try:
+            entries.append(format_dim(substitute(d, env)))
+        except DimError as exc:
+            return contract, f"dim {excerpt(entry)}: {exc}"
+    try:
+        bound = ShapePattern.parse(entries)
+    except ValueError as exc:
+        return contract, f"with the graph's parameters, {exc}"
+    return replace(contract, shape=bound), ""
 
 
 def seed_env(bindings: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 from ._contracts import Contract
 from ._errors import HndlError, Problem, ProblemList
 from ._graph import NAME_RE, Graph
+from ._graph_params import is_reference
 from ._spec_dumper import FORMAT_VERSION, NODE_KEYS, flow_yaml
 from ._yaml_reader import MAX_TEXT, Located, describe, read_yaml
 from .naming import excerpt, printable, suggestion
@@ -415,7 +416,17 @@ class _SpecBuilder:
             try:
                 Contract.make(**{"shape": (), key: part.plain()})
             except ValueError as exc:
-                self.add("E_SPEC", _bounded(str(exc)), part.loc, node=name, op="input")
+                value = part.plain()
+                # A graph parameter is named in an input shape as a plain dim, the way symbols are.
+                dollar = key == "shape" and isinstance(value, list) and any(is_reference(d) for d in value)
+                self.add(
+                    "E_SPEC",
+                    _bounded(str(exc)),
+                    part.loc,
+                    node=name,
+                    op="input",
+                    hint="an input shape names a graph parameter without '$': [B, width, H, W]" if dollar else None,
+                )
                 contract_ok = False
         if not contract_ok:
             return

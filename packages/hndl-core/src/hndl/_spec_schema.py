@@ -159,7 +159,9 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
                 "allOf": [_op_branch(o) for o in ops],
             },
             "param_node": {
-                "description": "a node of a graph with parameters: any parameter value may be '$name'",
+                "description": (
+                    "a node of a graph with parameters: any parameter value, or item of a list value, may be '$name'"
+                ),
                 "type": "object",
                 "properties": node_keys,
                 "propertyNames": {"type": "string"},
@@ -173,9 +175,31 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
 def _op_branch(o: OpDef, *, references: bool = False) -> dict[str, Any]:
     props: dict[str, Any] = {key: True for key in NODE_KEYS}
     for p in o.params:
-        props[p.name] = {"anyOf": [p.schema(), {"$ref": "#/$defs/param_ref"}]} if references else p.schema()
+        props[p.name] = _referable(p.schema()) if references else p.schema()
     then: dict[str, Any] = {"properties": props, "additionalProperties": False}
     required = [p.name for p in o.params if p.required]
     if required:
         then["required"] = required
     return {"if": {"properties": {"op": {"const": o.name}}, "required": ["op"]}, "then": then}
+
+
+_PARAM_REF = {"$ref": "#/$defs/param_ref"}
+
+
+def _referable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` where the value, and each item of a list at any depth, may also be a reference ('$width'):
+    references may stand inside lists (``kernel_size: [$k, $k]``); a mapping's values are not constrained by
+    any parameter's schema, so references inside mappings need nothing here."""
+    return {"anyOf": [_items_referable(schema), _PARAM_REF]}
+
+
+def _items_referable(schema: Any) -> Any:
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    if isinstance(out.get("items"), dict):
+        out["items"] = _referable(out["items"])
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(out.get(key), list):
+            out[key] = [_items_referable(s) for s in out[key]]
+    return out

@@ -6,11 +6,34 @@ are its configuration: :func:`get` returns the spec as a :class:`~hndl.Graph` wi
 zoo:gpt2``). :func:`load_reference_state_dict` loads the reference implementation's ``state_dict`` (torchvision,
 timm, transformers, or the hand-written references of the tests) into a built zoo model, all of it or nothing.
 
+Each entry is configurable in the dimensions its reference's constructor exposes, under the reference's names
+where it has them (the spec file's header comment says what each one means):
+
+============================ ==================================================================================
+entry                        configuration
+============================ ==================================================================================
+``resnet18``                 ``layers1`` .. ``layers4`` (blocks per stage), ``width``, ``num_classes``
+``resnet50``                 ``layers1`` .. ``layers4``, ``width``, ``groups``, ``width_per_group``,
+                             ``num_classes``
+``vit_b_16``                 ``image_size``, ``patch_size``, ``depth``, ``num_heads``, ``hidden_dim``,
+                             ``mlp_dim``, ``dropout``, ``attention_dropout``, ``num_classes``
+``vit_tiny_patch16_224``     ``image_size``, ``patch_size``, ``depth``, ``num_heads``, ``hidden_dim``,
+                             ``mlp_dim``, ``dropout``, ``num_classes``
+``gpt2``                     ``vocab_size``, ``n_positions``, ``n_embd``, ``n_layer``, ``n_head``, ``dropout``
+``unet``                     ``num_classes``, ``width``, ``in_channels``
+``lstm_classifier``          ``vocab_size``, ``embed_dim``, ``hidden_size``, ``num_layers``, ``num_classes``,
+                             ``dropout``
+``seq2seq_transformer``      ``src_vocab``, ``tgt_vocab``, ``d_model``, ``nhead``, ``num_encoder_layers``,
+                             ``num_decoder_layers``, ``dim_feedforward``, ``dropout``, ``max_len``
+============================ ==================================================================================
+
 >>> import hndl
 >>> "resnet18" in hndl.zoo.names()
 True
 >>> hndl.zoo.get("resnet18", num_classes=10).params["num_classes"]
 10
+>>> hndl.zoo.get("resnet50", layers3=23).params["layers3"]  # ResNet-101's depth
+23
 """
 
 from __future__ import annotations
@@ -71,7 +94,8 @@ def get(name: str, **overrides: Any) -> Graph:
 
     Args:
         name: an entry of :func:`names` (``"resnet18"``; a leading ``"zoo:"`` is accepted).
-        **overrides: values for the spec's parameters, ``num_classes=10``, ``n_layer=6``. Their validity (type,
+        **overrides: values for the spec's parameters, ``num_classes=10``, ``n_layer=6``, ``image_size=384``
+            (the module docstring lists each entry's). Their validity (type,
             range, whether the result is a consistent model) is checked by :func:`hndl.check`/:func:`hndl.build`
             like any spec parameter, at the spec line that uses them.
 
