@@ -143,6 +143,42 @@ def test_nested_repeats_are_bounded_by_the_expanded_node_count() -> None:
     )
 
 
+def test_regression_repeats_given_by_a_graph_parameter_escaped_the_node_count() -> None:
+    # The count before the walk read `repeat: $n` as 1, so three nested levels of 1000 were a billion nodes
+    # again. The walk now keeps its own count and stops at the same limit.
+    text = (
+        "hndl: 1\nparams: {n: 1000}\ninputs: {x: {shape: [B, 4]}}\n"
+        "nodes: {n: {op: graph, graph: a, repeat: $n, in: x, params: {n: $n}}}\noutputs: [n]\ngraphs:\n"
+        "  a: {params: {n: 1}, inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: graph, graph: b, repeat: $n, in: h,"
+        " params: {n: $n}}}, outputs: [m]}\n"
+        "  b: {params: {n: 1}, inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: graph, graph: c, repeat: $n, in: h}},"
+        " outputs: [m]}\n"
+        "  c: {inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: relu, in: h}}, outputs: [m]}\n"
+    )
+    (problem,) = check_error(text).problems
+    assert (problem.code, problem.node, problem.location) == ("E_PARAM", "n", "<string>:4:34")
+    assert problem.message == (
+        f"graph 'graph' expands to more than {MAX_EXPANDED_NODES:,} nodes with its subgraphs repeated"
+    )
+
+
+def test_the_walk_keeps_its_own_count_behind_the_count_before_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whatever the count before the walk misses, the walk stops at the same limit.
+    import hndl._check
+
+    monkeypatch.setattr(hndl._check, "MAX_EXPANDED_NODES", 50)
+    monkeypatch.setattr(hndl._check._Checker, "_within_node_limit", lambda self: True)
+    text = (
+        "hndl: 1\ninputs: {x: {shape: [B, 4]}}\nnodes: {n: {op: graph, graph: a, repeat: 100, in: x}}\n"
+        "outputs: [n]\ngraphs:\n  a: {inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: relu, in: h}}, outputs: [m]}\n"
+    )
+    (problem,) = check_error(text).problems
+    assert (problem.code, problem.node) == ("E_PARAM", "n")
+    assert problem.message == (
+        "graph 'graph' expands to more than 50 nodes with its subgraphs repeated (stopped at 'n.50.m')"
+    )
+
+
 def test_a_graph_at_the_expanded_node_limit_still_checks() -> None:
     block = hndl.Graph("block")
     h = block.input("h", ("B", 4))

@@ -395,13 +395,16 @@ def test_what_only_the_inlined_tensor_guard_sees_stays_on_the_fast_path(edit):
     else:
         context = torch.inference_mode()
     record = model._runtime.stores
+    # Another memory layout of the weight changes the matmul's summation order: equal up to rounding, which the
+    # default atol of 1e-8 does not allow on outputs near zero (this failed about one run in ten).
+    atol = 1e-6
     with context:
         assert not record.fast_matches()
         assert record.matches()
-        assert torch.allclose(model(X), expected)
+        assert torch.allclose(model(X), expected, atol=atol)
         assert model._runtime.stores is not record  # retaken
         assert model._runtime.stores.fast_matches()
-        assert torch.allclose(model(X), expected)
+        assert torch.allclose(model(X), expected, atol=atol)
     assert model.validations == 1
 
 

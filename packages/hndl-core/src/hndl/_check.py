@@ -22,7 +22,7 @@ from ._contracts import Contract, TensorType, dtype_satisfies, format_shape
 from ._dims import DimError
 from ._errors import Problem, ProblemList
 from ._graph import Graph, Node
-from ._graph_params import bind_contract, bind_node, repetition_params, seed_env
+from ._graph_params import bind_contract, bind_node, is_reference, repetition_params, resolve, seed_env
 from ._infer import BoundPorts, Report, active_ports, bind_ports, infer_node, input_count_words
 from ._registry import OpDef, Params, registry
 from ._resolve import order_nodes, output_count, resolve_op, resolve_ref, validate_params
@@ -34,6 +34,8 @@ __all__ = ["MAX_EXPANDED_NODES", "CheckedGraph", "CheckedNode", "check"]
 #: The most leaf nodes a graph may expand to, subgraph repetitions included: ``repeat`` is at most 1,000 per
 #: node, but repetitions nest, and three levels of 1,000 would be a billion nodes to check and build.
 MAX_EXPANDED_NODES = 100_000
+#: The most distinct integer configurations of subgraphs the count before the walk evaluates.
+_MAX_CONFIGURATIONS = 10_000
 
 
 @dataclass
@@ -100,9 +102,14 @@ def check(graph: Graph) -> CheckedGraph:
     return result
 
 
+class _TooLarge(Exception):
+    """The walk met more than :data:`MAX_EXPANDED_NODES` nodes; carries the qualified name it stopped at."""
+
+
 class _Checker:
     def __init__(self, root: Graph) -> None:
         self.root = root
+        self.expanded = 0  # nodes the walk has met, repetitions included (bounded by MAX_EXPANDED_NODES)
         self.problems = ProblemList()
         self.library: dict[str, Graph] = dict(root.graphs)
         self.active: list[str] = []  # subgraphs being checked, to catch a graph that uses itself
@@ -136,7 +143,22 @@ class _Checker:
                 location=g.location,
                 hint="call g.output(...) or add an 'outputs:' list",
             )
-        checked = self.check_graph(g, types, prefix="", path=(), bindings=dict(g.params))
+        try:
+            checked = self.check_graph(g, types, prefix="", path=(), bindings=dict(g.params))
+        except _TooLarge as stop:
+            # The count before the walk reads repeats as written; one given by a graph parameter ("$depth") is
+            # only known as the walk binds it, so the walk keeps its own count and stops at the same limit.
+            top = self.root.nodes.get(str(stop).split(".")[0])
+            self.problems.add(
+                "E_PARAM",
+                f"graph '{self.root.name}' expands to more than {MAX_EXPANDED_NODES:,} nodes with its subgraphs"
+                f" repeated (stopped at {excerpt(str(stop))})",
+                node=top.name if top is not None else None,
+                op=top.op if top is not None else None,
+                location=top.where("repeat") if top is not None else g.location,
+                hint="repetitions multiply when subgraphs nest, including repeats given by a graph parameter",
+            )
+            return None
         if checked is not None:
             checked.contracts = contracts
         return checked
@@ -167,6 +189,10 @@ class _Checker:
                 if present is None:
                     node = None
             opdef = resolve_op(written, qual, self.problems) if node is not None else None
+            if opdef is not None and not opdef.runs_subgraph:  # leaves, as the count before the walk counts them
+                self.expanded += 1
+                if self.expanded > MAX_EXPANDED_NODES:
+                    raise _TooLarge(qual)
             params = None
             if node is not None and opdef is not None:
                 params = validate_params(node, opdef, qual, self.problems, allow_imports=g.allow_imports)
@@ -445,25 +471,52 @@ class _Checker:
 
     def _within_node_limit(self) -> bool:
         """Whether the root expands to at most :data:`MAX_EXPANDED_NODES` leaf nodes (reported if not), counted
-        from the nodes as written before anything is checked, so a nest of repetitions costs nothing."""
-        sizes: dict[str, int] = {}
+        from the nodes as written before anything is checked, so a nest of repetitions costs nothing. A repeat
+        given by a graph parameter (``repeat: $depth``) counts at its value under the parameters each use
+        passes; a graph is counted once per distinct integer configuration, at most :data:`_MAX_CONFIGURATIONS`
+        of them (past that the spec counts as too large)."""
+        sizes: dict[tuple[str, tuple[tuple[str, int], ...]], int] = {}
 
-        def size(g: Graph, active: tuple[str, ...]) -> int:
-            return min(sum(node_size(n, active) for n in g.nodes.values()), MAX_EXPANDED_NODES + 1)
+        def size(g: Graph, active: tuple[str, ...], bindings: Mapping[str, Any]) -> int:
+            return min(sum(node_size(n, active, bindings) for n in g.nodes.values()), MAX_EXPANDED_NODES + 1)
 
-        def node_size(node: Node, active: tuple[str, ...]) -> int:
-            name, repeat = node.params.get("graph"), node.params.get("repeat", 1)
+        def bound(value: Any, bindings: Mapping[str, Any]) -> Any:
+            return resolve(value, bindings)[0] if is_reference(value) else value
+
+        def node_size(node: Node, active: tuple[str, ...], bindings: Mapping[str, Any]) -> int:
+            name, repeat = node.params.get("graph"), bound(node.params.get("repeat", 1), bindings)
             opdef = registry.find(node.op) if isinstance(node.op, str) else None
             if opdef is None or not opdef.runs_subgraph or not isinstance(name, str) or name not in self.library:
                 return 1
             if name in active:  # a cycle: reported by the walk
                 return 1
-            if name not in sizes:
-                sizes[name] = size(self.library[name], (*active, name))
+            sub = self.library[name]
             times = repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat > 0 else 1
-            return min(times * sizes[name], MAX_EXPANDED_NODES + 1)
+            passed = node.params.get("params")
+            uses = passed if isinstance(passed, list) and passed else [passed]
+            total = 0
+            for i, use in enumerate(uses[: times + 1]):
+                # Each mapping but the last is one repetition; the last is every repetition after them.
+                count = 1 if i < len(uses) - 1 else max(0, times - (len(uses) - 1))
+                if count:
+                    total += count * sub_size(sub, (*active, name), use, bindings)
+                if total > MAX_EXPANDED_NODES:
+                    break
+            return min(total, MAX_EXPANDED_NODES + 1)
 
-        contributions = [(node_size(n, ()), n) for n in self.root.nodes.values()]
+        def sub_size(sub: Graph, active: tuple[str, ...], use: Any, outer: Mapping[str, Any]) -> int:
+            inner = dict(sub.params)
+            if isinstance(use, Mapping):
+                inner.update({k: bound(v, outer) for k, v in use.items() if isinstance(k, str)})
+            key = (sub.name, tuple(sorted((k, v) for k, v in inner.items() if type(v) is int)))
+            if key not in sizes:
+                if len(sizes) >= _MAX_CONFIGURATIONS:
+                    return MAX_EXPANDED_NODES + 1
+                sizes[key] = size(sub, active, inner)
+            return sizes[key]
+
+        bindings = dict(self.root.params)
+        contributions = [(node_size(n, (), bindings), n) for n in self.root.nodes.values()]
         total = sum(c for c, _ in contributions)
         if total <= MAX_EXPANDED_NODES:
             return True

@@ -14,9 +14,13 @@ from ._common import open_at
 
 class _GraphArguments(ParamType):
     """The values a use of a subgraph passes to its parameters: one mapping for every repetition, or a list of
-    mappings, one per repetition (ResNet's first block of a stage strides, the others do not)."""
+    mappings, each but the last for one repetition in turn and the last for every repetition after them (ResNet's
+    first block of a stage strides, the others do not, whatever the stage's depth)."""
 
-    name, description = "graph_params", "mapping of graph parameter values, or a list of them (one per repetition)"
+    name, description = (
+        "graph_params",
+        "mapping of graph parameter values, or a list of them (one per repetition in turn, the last for the rest)",
+    )
 
     def normalize(self, value: Any) -> tuple[Any, str]:
         items = value if isinstance(value, (list, tuple)) else [value]
@@ -62,7 +66,7 @@ op(
             default=None,
             nullable=True,
             doc="values for the graph's parameters (the rest keep their defaults): one mapping for every "
-            "repetition, or a list with one mapping per repetition",
+            "repetition, or a list: one mapping per repetition in turn, the last for every repetition after them",
         ),
     ],
     inputs=[Port("inputs", None, dtype="any", doc="one value per input of the graph", variadic=True)],
