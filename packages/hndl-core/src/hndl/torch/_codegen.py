@@ -12,9 +12,10 @@ inside it be reported by node. Two functions are generated per graph, from its :
     every leaf step: a step calls ``module.forward`` directly (looked up on every call, so a patched class or a
     swapped-in subclass runs its current code), skipping ``nn.Module.__call__``, unless the module has a
     forward/backward hook or was compiled with ``Module.compile()``, or the process has a global hook: then it
-    calls the module. A few standard layers (:mod:`._inline`: Linear, ReLU, GELU, LayerNorm) have their forward
-    written out while their class's ``forward`` is the one it was written from. Each value's local is deleted right after the last step that reads it. Anything else goes
-    to ``validate``. The modules, the record's objects and the signature dict are the function's globals, bound
+    calls the module. A few standard layers (:mod:`._inline`: Linear, ReLU, GELU, LayerNorm, hndl's Add) have
+    their forward written out while their class's ``forward`` is the one it was written from, and with no
+    gradient recorded a ReLU or add may write into a private input. Each value's local is deleted right after
+    the last step that reads it. Anything else goes to ``validate``. The modules, the record's objects and the signature dict are the function's globals, bound
     when the record is taken; the record catches any replacement of a module, so binding them is safe.
 
 ``unchecked(self, *inputs)``
@@ -32,12 +33,13 @@ import hashlib
 import linecache
 import threading
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .._plan import Plan
 from ._guards import signature_source
+from ._inline import Inline, InPlace
 
 __all__ = ["CALL", "FORWARD", "Compiled", "compile_graph", "make_function", "module_expr"]
 
@@ -67,15 +69,25 @@ def module_expr(path: Sequence[str]) -> str:
 CALL, FORWARD = "call", "forward"
 
 
-def compile_graph(plan: Plan, forms: Sequence[str], stores: Sequence[str], signature: str, label: str) -> Compiled:
+def compile_graph(
+    plan: Plan,
+    forms: Sequence[str | Inline],
+    in_place: Mapping[int, InPlace],
+    stores: Sequence[str],
+    signature: str,
+    label: str,
+) -> Compiled:
     """Generate and compile the two functions (or fetch them from the cache).
 
     Args:
         plan: the lowered graph: its steps, input and output value ids.
         forms: per step, how the fast path calls its layer: :data:`CALL` (``m3(...)``, through
             ``nn.Module.__call__``: a hook, a compiled layer), :data:`FORWARD` (``m3.forward(...)``), or the
-            layer's forward written out (:mod:`._inline`: a template over ``{x}``, ``{p}``, ``{d}``), guarded by
-            ``k3.forward is f3`` so a patched class runs its own code.
+            layer's forward written out (an :class:`._inline.Inline`), guarded by ``k3.forward is f3`` so a
+            patched class runs its own code.
+        in_place: the steps that may write into an input with no gradient recorded (:func:`._inline.in_place_steps`);
+            their line tests ``nograd`` (computed once per call) and that the input's producer ``q3`` still has
+            the ``forward`` ``g3`` it was judged by.
         stores: the terms of the stores record's comparison, as source (``StoresRecord.terms``).
         signature: the signature condition, as source (:func:`._guards.signature_guard`).
         label: a readable name for the fake file (the graph name).
@@ -104,11 +116,17 @@ def compile_graph(plan: Plan, forms: Sequence[str], stores: Sequence[str], signa
         form = forms[i]
         if form == CALL:
             call = f"m{i}({call_args})"
-        elif form == FORWARD:
-            call = f"m{i}.forward({call_args})"
+        elif isinstance(form, Inline):
+            fields = {"x": call_args, "p": f"p{i}", "d": f"d{i}", **{f"x{j}": a for j, a in enumerate(ins)}}
+            template = form.template
+            if i in in_place and form.in_place is not None:
+                written_into = in_place[i].operand
+                other = ins[1 - written_into] if len(ins) == 2 else ""
+                fields.update(t=ins[written_into], o=other, may=f"nograd and q{i}.forward is g{i}")
+                template = form.in_place
+            call = f"{template.format(**fields)} if k{i}.forward is f{i} else m{i}.forward({call_args})"
         else:
-            inline = form.format(x=call_args, p=f"p{i}", d=f"d{i}")
-            call = f"{inline} if k{i}.forward is f{i} else m{i}.forward({call_args})"
+            call = f"m{i}.forward({call_args})"
         body.append((f"{target} = {call}  # {_comment(step.node.op, step.node.qualname)}", i))
         unchecked_body.append(f"{target} = {module_expr(step.node.path)}({call_args})")
         if dead[i]:
@@ -143,6 +161,8 @@ def compile_graph(plan: Plan, forms: Sequence[str], stores: Sequence[str], signa
         f"    if (same or settle(self)) and {signature}:",
         "        try:",
     ]
+    if in_place:
+        lines.append("            nograd = not grad_enabled()")
     line_map: dict[int, int] = {}
     for text, index in body:
         lines.append(f"            {text}")

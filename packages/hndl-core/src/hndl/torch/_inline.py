@@ -1,4 +1,5 @@
-"""Layers whose ``forward`` the fast path writes out in place of calling it.
+"""Layers whose ``forward`` the fast path writes out in place of calling it, and the steps among them that may
+write into an input when no gradient is recorded (:func:`in_place_steps`).
 
 ``torch.nn.Linear.forward`` is ``F.linear(input, self.weight, self.bias)``; called as a method it costs a
 Python frame and, for each parameter, a trip through ``nn.Module.__getattr__``: about 0.4 us per linear layer,
@@ -20,12 +21,17 @@ deleted and put back as a buffer is left to ``forward``).
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
-__all__ = ["Inline", "inline_for"]
+from .._plan import Plan
+from . import layers
+
+__all__ = ["InPlace", "Inline", "in_place_steps", "inline_for"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,10 @@ class Inline:
     original: Any
     tensors: tuple[str, ...] = ()
     settings: tuple[str, ...] = ()
+    #: The form that may write into operand ``{t}`` (the other is ``{o}``) where ``{may}`` holds (see
+    #: :func:`in_place_steps`); None for a layer that never does.
+    in_place: str | None = None
+    arity: int = 1  # how many inputs forward takes
 
     def reads_what_forward_reads(self, module: Any) -> bool:
         """Whether ``self.<name>`` in ``forward`` would find exactly what the template reads: each tensor in
@@ -54,7 +64,18 @@ class Inline:
 # compares their results with the class's forward).
 _TABLE: dict[type, Inline] = {
     nn.Linear: Inline("F.linear({x}, {p}['weight'], {p}['bias'])", nn.Linear.forward, ("weight", "bias")),
-    nn.ReLU: Inline("F.relu({x}, inplace={d}['inplace'])", nn.ReLU.forward, settings=("inplace",)),
+    nn.ReLU: Inline(
+        "F.relu({x}, inplace={d}['inplace'])",
+        nn.ReLU.forward,
+        settings=("inplace",),
+        in_place="F.relu({x}, inplace=({may}) or {d}['inplace'])",
+    ),
+    layers.Add: Inline(
+        "{x0} + {x1}",
+        layers.Add.forward,
+        in_place="({t}.add_({o}) if ({may}) and {t}.shape == {o}.shape and {t}.dtype == {o}.dtype else {x0} + {x1})",
+        arity=2,
+    ),
     nn.GELU: Inline("F.gelu({x}, approximate={d}['approximate'])", nn.GELU.forward, settings=("approximate",)),
     nn.LayerNorm: Inline(
         "F.layer_norm({x}, {d}['normalized_shape'], {p}['weight'], {p}['bias'], {d}['eps'])",
@@ -74,3 +95,89 @@ def inline_for(module: Any) -> Inline | None:
     # The record holds these dicts' names and the layer's attribute count from now on, so what is true here
     # stays true until the next install.
     return found if found.reads_what_forward_reads(module) else None
+
+
+# --- writing into a value nobody else reads, when no gradient is recorded ---------------------------------------
+
+# Layers whose forward returns a new tensor: never one of its inputs, a view of one, or a registered tensor
+# (dropout returns its input in eval mode, a view op a view, a ``parameter`` node the weight itself). Layers with
+# an ``inplace`` flag a user may set are not here, except ReLU, which :func:`in_place_steps` treats on its own.
+_FRESH: dict[type, Any] = {
+    cls: cls.forward
+    for cls in (
+        nn.Conv1d,
+        nn.Conv2d,
+        nn.ConvTranspose1d,
+        nn.ConvTranspose2d,
+        nn.BatchNorm1d,
+        nn.BatchNorm2d,
+        nn.LayerNorm,
+        nn.GroupNorm,
+        nn.Linear,
+        nn.GELU,
+        nn.Tanh,
+        nn.Sigmoid,
+        nn.Softmax,
+        nn.LogSoftmax,
+        nn.MaxPool1d,
+        nn.MaxPool2d,
+        nn.AvgPool1d,
+        nn.AvgPool2d,
+        nn.Embedding,
+        layers.Add,
+        layers.Mul,
+        layers.MatMul,
+        layers.Concat,
+        layers.SelfAttention,
+        layers.CrossAttention,
+    )
+}
+
+
+@dataclass(frozen=True)
+class InPlace:
+    """A step that may write into one of its inputs: which one, and the producer of that input (its class and
+    the ``forward`` it was judged by, compared again on every call: a class patched to return its input then
+    stops the write)."""
+
+    operand: int
+    producer: type
+    producer_forward: Any
+
+
+def in_place_steps(plan: Plan, leaves: Sequence[Any], forms: Sequence[Any]) -> dict[int, InPlace]:
+    """The steps whose written-out form may write into an input, with no gradient recorded (``torch.no_grad``,
+    ``inference_mode``), as torchvision's ``ReLU(inplace=True)`` and ``out += identity`` do.
+
+    A step qualifies when its form has an in-place variant (ReLU, Add) and one input is *private*: made by an
+    earlier step whose layer returns a new tensor, read by this step alone, and not a graph output. Nothing else
+    can then see the write. A ReLU's output is new, or its input when a user set ``inplace``; it counts as new
+    when that input is itself private. An add writes only where the operands already have the result's shape and
+    dtype (checked on each call: under autocast the static dtypes do not hold). With gradients on, every step
+    runs out of place: autograd may have saved the input for the backward pass.
+    """
+    readers = Counter(v for step in plan.steps for v in step.inputs)
+    outputs = set(plan.output_ids)
+    producer: dict[str, int] = {v: i for i, step in enumerate(plan.steps) for v in step.outputs}
+    private: set[str] = set()  # values made new and read once, in step order
+
+    def is_private(value: str) -> bool:
+        return value in private and readers[value] == 1 and value not in outputs
+
+    found: dict[int, InPlace] = {}
+    for i, (step, module, form) in enumerate(zip(plan.steps, leaves, forms)):
+        kind = type(module)
+        if len(step.outputs) == 1 and module is not None:
+            fresh = _FRESH.get(kind) is kind.forward
+            if kind is nn.ReLU and kind.forward is nn.ReLU.forward:
+                fresh = len(step.inputs) == 1 and is_private(step.inputs[0])
+            if fresh and "forward" not in module.__dict__:
+                private.add(step.outputs[0])
+        if not isinstance(form, Inline) or form.in_place is None:
+            continue
+        for operand, value in enumerate(step.inputs):
+            if is_private(value) and step.inputs.count(value) == 1:
+                made_by = leaves[producer[value]]
+                found[i] = InPlace(operand, type(made_by), type(made_by).forward)
+                break
+    return found

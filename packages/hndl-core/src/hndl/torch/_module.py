@@ -35,7 +35,7 @@ from ._guards import (
     signature_guard,
     take_record,
 )
-from ._inline import inline_for
+from ._inline import Inline, in_place_steps, inline_for
 from ._state import BuildState, walk_modules
 from ._symbolic import SymbolicCheck, proven_for_all_bindings
 from ._validate import check_inputs, check_state, layer_failure, parameter_dtype, run_checked
@@ -62,7 +62,7 @@ class _Runtime:
     unchecked: Callable[..., Any]  # unchecked(self, *inputs): the call traced under torch.compile
     compiled: Compiled
     hooked: tuple[bool, ...]  # per step: called through nn.Module.__call__
-    forms: tuple[str, ...]  # per step: how the fast path calls it (``_codegen.compile_graph``)
+    forms: tuple[str | Inline, ...]  # per step: how the fast path calls it (``_codegen.compile_graph``)
 
 
 class GraphModule(nn.Module):
@@ -241,7 +241,8 @@ class GraphModule(nn.Module):
             # still the right one, and regenerating it would cost the first call of a shape most of its time.
             self.__dict__["_runtime"] = current
             return
-        compiled = compile_graph(self._plan, forms, stores.terms, signature, self.graph.name)
+        in_place = in_place_steps(self._plan, leaves, forms)
+        compiled = compile_graph(self._plan, forms, in_place, stores.terms, signature, self.graph.name)
         namespace = dict(stores.namespace)
         namespace.update(
             sigs=self._signatures,
@@ -251,17 +252,17 @@ class GraphModule(nn.Module):
             settle=GraphModule._settle,
             fail=partial(_fast_failure, compiled),
         )
-        for i, module in enumerate(leaves):
+        for i, (module, form) in enumerate(zip(leaves, forms)):
             # A missing module can only be met after validation, which reports it; never called before.
             namespace[f"m{i}"] = _MISSING if module is None else module
-            if module is None or forms[i] in (CALL, FORWARD):
-                continue
-            inline = inline_for(module)  # the form _call_forms chose from this very module
-            if inline is not None:
+            if module is not None and isinstance(form, Inline):
                 # Bound with the record: it compares these dicts by identity on every call (see ._inline).
                 namespace.update({f"p{i}": module._parameters, f"d{i}": module.__dict__, f"k{i}": type(module)})
-                namespace[f"f{i}"] = inline.original
+                namespace[f"f{i}"] = form.original
+        for i, step in in_place.items():
+            namespace[f"q{i}"], namespace[f"g{i}"] = step.producer, step.producer_forward
         namespace["F"] = _functional
+        namespace["grad_enabled"] = torch.is_grad_enabled
         execute = make_function(compiled.execute, namespace)
         unchecked = current.unchecked if current is not None and current.compiled is compiled else None
         if unchecked is None:
@@ -269,13 +270,15 @@ class GraphModule(nn.Module):
         self.__dict__["_runtime"] = _Runtime(stores, execute, unchecked, compiled, hooked, forms)
         self.__dict__["_owned"] = _hooks.own(self, (m for _p, m in walk_modules(self)), self._owned)
 
-    def _call_forms(self, leaves: list[nn.Module | None], hooked: tuple[bool, ...]) -> tuple[str, ...]:
+    def _call_forms(self, leaves: list[nn.Module | None], hooked: tuple[bool, ...]) -> tuple[str | Inline, ...]:
         """Per step, how the fast path calls its layer (see ``_codegen.compile_graph``): through ``__call__`` when
         hooked, written out for a plain one-input layer of ``_inline``'s table, else ``forward``."""
-        forms = []
+        forms: list[str | Inline] = []
         for step, module, through_call in zip(self._plan.steps, leaves, hooked):
-            inline = None if through_call or len(step.inputs) != 1 else inline_for(module)
-            forms.append(CALL if through_call else FORWARD if inline is None else inline.template)
+            inline = None if through_call else inline_for(module)
+            if inline is not None and inline.arity != len(step.inputs):
+                inline = None
+            forms.append(CALL if through_call else FORWARD if inline is None else inline)
         return tuple(forms)
 
     # -- calling --------------------------------------------------------------------------------------------
