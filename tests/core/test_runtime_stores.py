@@ -538,3 +538,31 @@ def test_copy_copy_gets_its_own_runtime():
     shallow = copy.copy(model)
     assert shallow._runtime is not model._runtime
     assert torch.equal(shallow(X), model(X))
+
+
+# --- a validation that finds the record unchanged skips the state check; a copy's record proves nothing -------
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copy_of_an_edited_model_checks_its_state_on_the_first_call(how):
+    # A validation skips the state check while a record taken from a verified state still matches. A copy's
+    # record is taken from whatever the original held: an edit made before copying must still be reported.
+    model = ready()
+    model.nodes.n_hidden.bias.data = torch.zeros(1)  # broadcasts silently if nothing checks it
+    clone = copy.deepcopy(model) if how == "deepcopy" else pickle.loads(pickle.dumps(model))
+    with pytest.raises(hndl.HndlError) as err:
+        clone(X)
+    assert err.value.code == "E_RUNTIME"
+    assert "bias" in str(err.value)
+
+
+def test_a_new_input_shape_after_a_validation_still_checks_inputs_and_runs_the_layers():
+    model = ready()
+    validations = model.validations
+    model.nodes.n_act.register_forward_hook(lambda *a: None)  # a registration: the next call validates again
+    out = model(torch.randn(5, 8))
+    assert out.shape[0] == 5
+    assert model.validations == validations + 1
+    with pytest.raises(hndl.HndlError) as err:
+        model(torch.randn(5, 9))
+    assert err.value.code == "E_INPUT"

@@ -11,6 +11,7 @@ design.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -62,6 +63,10 @@ class _Runtime:
     unchecked: Callable[..., Any]  # unchecked(self, *inputs): the call traced under torch.compile
     compiled: Compiled
     hooked: tuple[bool, ...]  # per step: called through nn.Module.__call__
+    # Whether the record was taken when the registered state was known to match the build (after a build, a
+    # passed state check, or from such a record): while it then still matches, so does the state.
+    verified: bool
+    model_dtype: torch.dtype | None  # parameter_dtype() of the recorded state
     forms: tuple[str | Inline, ...]  # per step: how the fast path calls it (``_codegen.compile_graph``)
 
 
@@ -125,7 +130,7 @@ class GraphModule(nn.Module):
         self._plan = plan
         self._build_state = BuildState.take(self, plan)
         self.validations = 0
-        self._init_runtime()
+        self._init_runtime(verified=True)  # the build state was just taken from these modules
 
     # -- what the model is made of (public, read-only) ------------------------------------------------------
 
@@ -210,7 +215,9 @@ class GraphModule(nn.Module):
 
     # -- runtime state --------------------------------------------------------------------------------------
 
-    def _init_runtime(self) -> None:
+    def _init_runtime(self, verified: bool) -> None:
+        """Runtime state for this instance: ``verified`` when its registered state is the build's (a new build),
+        not for a copy or an unpickled model, whose tensors may have been edited before they were copied."""
         d = self.__dict__
         d["_signatures"] = {}
         d["_signatures_version"] = None
@@ -218,13 +225,16 @@ class GraphModule(nn.Module):
         d["_owned"] = frozenset()
         d["_symbolic"] = SymbolicCheck(self._plan, check_inputs) if proven_for_all_bindings(self._plan) else None
         bump(self)
-        self._install(self._leaves())
+        self._install(self._leaves(), verified=verified)
 
     def _leaves(self) -> list[nn.Module | None]:
         return [self.node_module(step.node.path) for step in self._plan.steps]
 
-    def _install(self, leaves: list[nn.Module | None], stores: StoresRecord | None = None) -> None:
-        """Take the stores record (unless given), generate the call for it and publish both atomically."""
+    def _install(
+        self, leaves: list[nn.Module | None], stores: StoresRecord | None = None, verified: bool | None = None
+    ) -> None:
+        """Take the stores record (unless given), generate the call for it and publish both atomically.
+        ``verified`` says the state recorded matches the build (None: as the current record's did)."""
         present = [m for m in leaves if m is not None]
         if stores is None:
             stores = take_record(self, present)
@@ -234,12 +244,15 @@ class GraphModule(nn.Module):
             for m in leaves
         )
         current = self.__dict__.get("_runtime")
+        if verified is None:
+            verified = current is not None and current.verified
         signature = signature_guard(self._symbolic is not None).source
         forms = self._call_forms(leaves, hooked)
         if current is not None and current.stores is stores and current.forms == forms:
             # Validation found the recorded state unchanged (a new input signature): the generated call is
             # still the right one, and regenerating it would cost the first call of a shape most of its time.
-            self.__dict__["_runtime"] = current
+            if current.verified != verified:
+                self.__dict__["_runtime"] = dataclasses.replace(current, verified=verified)
             return
         in_place = in_place_steps(self._plan, leaves, forms)
         compiled = compile_graph(self._plan, forms, in_place, stores.terms, signature, self.graph.name)
@@ -267,7 +280,16 @@ class GraphModule(nn.Module):
         unchecked = current.unchecked if current is not None and current.compiled is compiled else None
         if unchecked is None:
             unchecked = make_function(compiled.unchecked, {})
-        self.__dict__["_runtime"] = _Runtime(stores, execute, unchecked, compiled, hooked, forms)
+        self.__dict__["_runtime"] = _Runtime(
+            stores=stores,
+            execute=execute,
+            unchecked=unchecked,
+            compiled=compiled,
+            hooked=hooked,
+            verified=verified,
+            model_dtype=parameter_dtype(self),
+            forms=forms,
+        )
         self.__dict__["_owned"] = _hooks.own(self, (m for _p, m in walk_modules(self)), self._owned)
 
     def _call_forms(self, leaves: list[nn.Module | None], hooked: tuple[bool, ...]) -> tuple[str | Inline, ...]:
@@ -349,18 +371,25 @@ class GraphModule(nn.Module):
             return self._runtime.unchecked(self, *inputs)
         with self._lock:
             self.validations += 1
-        env = check_inputs(plan.checked, inputs, parameter_dtype(self))
-        check_state(self._build_state, self, plan.locations)
+        runtime = self._runtime
+        stores = runtime.stores
+        # A record taken when the state matched the build, and still matching it (a new input signature, a
+        # version bumped by an edit that put back what was there), proves the state matches: the state check and
+        # the parameter dtypes would only find again what they found then.
+        recorded = stores.fast_matches()
+        unchanged = runtime.verified and recorded
+        env = check_inputs(plan.checked, inputs, runtime.model_dtype if unchanged else parameter_dtype(self))
+        if not unchanged:
+            check_state(self._build_state, self, plan.locations)
         leaves = self._leaves()
-        # The registered state has just been found to match the build: this is the state to record. A record that
-        # still matches it (a new input signature, nothing edited) describes the same state and is kept.
-        stores = self._runtime.stores
-        if not stores.fast_matches():
+        # The registered state matches the build: this is the state to record. A record that still matches it
+        # describes the same state and is kept.
+        if not recorded:
             stores = take_record(self, [m for m in leaves if m is not None])
         values: dict[str, Any] = dict(zip(plan.input_ids, inputs))
         run_checked(plan.steps, leaves, values, env, plan.last_use)  # type: ignore[arg-type]
         with self._lock:
-            self._install(leaves, stores)
+            self._install(leaves, stores, verified=True)
             if sig is not None:
                 self._remember(sig)
                 if self._symbolic is not None:
@@ -432,7 +461,7 @@ class GraphModule(nn.Module):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        self._init_runtime()
+        self._init_runtime(verified=False)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> GraphModule:
         # The record, generated code and signature cache are rebuilt for the clone's own modules, so the clone's
@@ -442,7 +471,7 @@ class GraphModule(nn.Module):
         memo[id(self)] = clone
         for key, value in self.__getstate__().items():
             clone.__dict__[key] = copy.deepcopy(value, memo)
-        clone._init_runtime()
+        clone._init_runtime(verified=False)
         return clone
 
     def extra_repr(self) -> str:
