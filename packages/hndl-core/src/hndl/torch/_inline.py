@@ -1,4 +1,4 @@
-"""Layers whose ``forward`` the fast path writes out in place of calling it, and the steps among them that may
+"""Layers whose ``forward`` the fast path writes out in place of calling it, and the adds among them that may
 write into an input when no gradient is recorded (:func:`in_place_steps`).
 
 ``torch.nn.Linear.forward`` is ``F.linear(input, self.weight, self.bias)``; called as a method it costs a
@@ -64,12 +64,10 @@ class Inline:
 # compares their results with the class's forward).
 _TABLE: dict[type, Inline] = {
     nn.Linear: Inline("F.linear({x}, {p}['weight'], {p}['bias'])", nn.Linear.forward, ("weight", "bias")),
-    nn.ReLU: Inline(
-        "F.relu({x}, inplace={d}['inplace'])",
-        nn.ReLU.forward,
-        settings=("inplace",),
-        in_place="F.relu({x}, inplace=({may}) or {d}['inplace'])",
-    ),
+    # No in-place form for ReLU: written into its input, conv_stack at batch 16 ran 6-15% slower (CPU time,
+    # the relu's input then lives on through the max-pool, and the next convolution's output needs fresh
+    # memory), while ResNet-50 gained only 2% more than from its adds alone (IMPLEMENTATION.md).
+    nn.ReLU: Inline("F.relu({x}, inplace={d}['inplace'])", nn.ReLU.forward, settings=("inplace",)),
     layers.Add: Inline(
         "{x0} + {x1}",
         layers.Add.forward,
@@ -147,9 +145,9 @@ class InPlace:
 
 def in_place_steps(plan: Plan, leaves: Sequence[Any], forms: Sequence[Any]) -> dict[int, InPlace]:
     """The steps whose written-out form may write into an input, with no gradient recorded (``torch.no_grad``,
-    ``inference_mode``), as torchvision's ``ReLU(inplace=True)`` and ``out += identity`` do.
+    ``inference_mode``), as torchvision's ``out += identity`` does.
 
-    A step qualifies when its form has an in-place variant (ReLU, Add) and one input is *private*: made by an
+    A step qualifies when its form has an in-place variant (hndl's Add) and one input is *private*: made by an
     earlier step whose layer returns a new tensor, read by this step alone, and not a graph output. Nothing else
     can then see the write. A ReLU's output is new, or its input when a user set ``inplace``; it counts as new
     when that input is itself private. An add writes only where the operands already have the result's shape and
