@@ -15,59 +15,22 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from shell_blocks import Block, fenced_blocks
 
 pytest.importorskip("torch")
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = sorted(p for p in DOCS.glob("*.md"))
-_FENCE = re.compile(r"^(`{3,})([^`\n]*)$")
-_MARK = re.compile(r"^<!--\s*([a-z-]+)(?::\s*(.*?))?\s*-->$")
-
-
-@dataclass
-class Block:
-    lang: str
-    text: str
-    line: int
-    mark: str | None = None
-    arg: str = ""
 
 
 def blocks(path: Path) -> list[Block]:
-    """The fenced blocks of a Markdown page, each with the marker comment just before it (if any)."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    found: list[Block] = []
-    i = 0
-    while i < len(lines):
-        m = _FENCE.match(lines[i])
-        if not m:
-            i += 1
-            continue
-        fence, info = m.group(1), m.group(2).strip()
-        start = i
-        body: list[str] = []
-        i += 1
-        while i < len(lines) and lines[i].strip() != fence:
-            body.append(lines[i])
-            i += 1
-        mark = _MARK.match(lines[start - 1].strip()) if start > 0 else None
-        found.append(
-            Block(
-                lang=info.split()[0] if info else "",
-                text="\n".join(body) + "\n",
-                line=start + 1,
-                mark=mark.group(1) if mark else None,
-                arg=(mark.group(2) or "") if mark else "",
-            )
-        )
-        i += 1
-    return found
+    """The fenced blocks of a Markdown page, each with the marker comment just before it (if any): the one
+    reader of tests/support/shell_blocks.py, which the install-docs checks use too."""
+    return fenced_blocks(path.name, path.parent)
 
 
 def available(dotted: str) -> bool:
