@@ -36,8 +36,9 @@ __all__ = ["InPlace", "Inline", "in_place_steps", "inline_for"]
 
 @dataclass(frozen=True)
 class Inline:
-    """How one layer class's ``forward`` reads, over ``{x}`` (the input), ``{p}`` (``_parameters``) and ``{d}``
-    (the instance dict); ``original`` is the ``forward`` the template was written from, ``tensors`` and
+    """How one layer class's ``forward`` reads, over ``{x}`` (the inputs, comma-separated; ``{x0}``, ``{x1}`` each
+    one), ``{p}`` (``_parameters``) and ``{d}`` (the instance dict); ``original`` is the ``forward`` the template
+    was written from, ``tensors`` and
     ``settings`` the names it reads from each."""
 
     template: str

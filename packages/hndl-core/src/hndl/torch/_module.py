@@ -294,7 +294,8 @@ class GraphModule(nn.Module):
 
     def _call_forms(self, leaves: list[nn.Module | None], hooked: tuple[bool, ...]) -> tuple[str | Inline, ...]:
         """Per step, how the fast path calls its layer (see ``_codegen.compile_graph``): through ``__call__`` when
-        hooked, written out for a plain one-input layer of ``_inline``'s table, else ``forward``."""
+        hooked, written out for a layer of ``_inline``'s table given as many inputs as its forward takes, else
+        ``forward``."""
         forms: list[str | Inline] = []
         for step, module, through_call in zip(self._plan.steps, leaves, hooked):
             inline = None if through_call else inline_for(module)
