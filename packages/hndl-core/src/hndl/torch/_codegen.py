@@ -14,9 +14,10 @@ inside it be reported by node. Two functions are generated per graph, from its :
     forward/backward hook or was compiled with ``Module.compile()``, or the process has a global hook: then it
     calls the module. A few standard layers (:mod:`._inline`: Linear, ReLU, GELU, LayerNorm, hndl's Add) have
     their forward written out while their class's ``forward`` is the one it was written from, and with no
-    gradient recorded an add may write into a private input. Each value's local is deleted right after
-    the last step that reads it. Anything else goes to ``validate``. The modules, the record's objects and the signature dict are the function's globals, bound
-    when the record is taken; the record catches any replacement of a module, so binding them is safe.
+    gradient recorded an add may write into a private input. Each value's local is deleted right after the
+    last step that reads it. Anything else goes to ``validate``. The modules, the record's objects and the
+    signature dict are the function's globals, bound when the record is taken; the record catches any
+    replacement of a module, so binding them is safe.
 
 ``unchecked(self, *inputs)``
     The call used under ``torch.compile``: each step calls ``self.nodes[...]`` through ``__call__``, the

@@ -62,12 +62,16 @@ class _Runtime:
     execute: Callable[..., Any]  # execute(self, args, kwargs): the checked call
     unchecked: Callable[..., Any]  # unchecked(self, *inputs): the call traced under torch.compile
     compiled: Compiled
-    hooked: tuple[bool, ...]  # per step: called through nn.Module.__call__
     # Whether the record was taken when the registered state was known to match the build (after a build, a
     # passed state check, or from such a record): while it then still matches, so does the state.
     verified: bool
     model_dtype: torch.dtype | None  # parameter_dtype() of the recorded state
     forms: tuple[str | Inline, ...]  # per step: how the fast path calls it (``_codegen.compile_graph``)
+
+    @property
+    def hooked(self) -> tuple[bool, ...]:
+        """Per step: called through ``nn.Module.__call__`` (a hook, a compiled layer, a global hook)."""
+        return tuple(form == CALL for form in self.forms)
 
 
 class GraphModule(nn.Module):
@@ -285,7 +289,6 @@ class GraphModule(nn.Module):
             execute=execute,
             unchecked=unchecked,
             compiled=compiled,
-            hooked=hooked,
             verified=verified,
             model_dtype=parameter_dtype(self),
             forms=forms,
