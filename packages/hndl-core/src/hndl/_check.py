@@ -22,7 +22,15 @@ from ._contracts import Contract, TensorType, dtype_satisfies, format_shape
 from ._dims import DimError
 from ._errors import Problem, ProblemList
 from ._graph import Graph, Node
-from ._graph_params import bind_contract, bind_node, is_reference, repetition_params, resolve, seed_env
+from ._graph_params import (
+    bind_contract,
+    bind_node,
+    is_reference,
+    repetition_params,
+    repetition_uses,
+    resolve,
+    seed_env,
+)
 from ._infer import BoundPorts, Report, active_ports, bind_ports, infer_node, input_count_words
 from ._registry import OpDef, Params, registry
 from ._resolve import order_nodes, output_count, resolve_op, resolve_ref, validate_params
@@ -148,15 +156,10 @@ class _Checker:
         except _TooLarge as stop:
             # The count before the walk reads repeats as written; one given by a graph parameter ("$depth") is
             # only known as the walk binds it, so the walk keeps its own count and stops at the same limit.
-            top = self.root.nodes.get(str(stop).split(".")[0])
-            self.problems.add(
-                "E_PARAM",
-                f"graph '{self.root.name}' expands to more than {MAX_EXPANDED_NODES:,} nodes with its subgraphs"
-                f" repeated (stopped at {excerpt(str(stop))})",
-                node=top.name if top is not None else None,
-                op=top.op if top is not None else None,
-                location=top.where("repeat") if top is not None else g.location,
-                hint="repetitions multiply when subgraphs nest, including repeats given by a graph parameter",
+            self._report_too_large(
+                self.root.nodes.get(str(stop).split(".")[0]),
+                f" (stopped at {excerpt(str(stop))})",
+                "repetitions multiply when subgraphs nest, including repeats given by a graph parameter",
             )
             return None
         if checked is not None:
@@ -493,11 +496,10 @@ class _Checker:
             sub = self.library[name]
             times = repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat > 0 else 1
             passed = node.params.get("params")
-            uses = passed if isinstance(passed, list) and passed else [passed]
+            # A list longer than repeat+1 is the walk's to report; counted, its extra mappings serve no one.
+            uses = passed[: times + 1] if isinstance(passed, list) and passed else [passed]
             total = 0
-            for i, use in enumerate(uses[: times + 1]):
-                # Each mapping but the last is one repetition; the last is every repetition after them.
-                count = 1 if i < len(uses) - 1 else max(0, times - (len(uses) - 1))
+            for use, count in repetition_uses(uses, times):
                 if count:
                     total += count * sub_size(sub, (*active, name), use, bindings)
                 if total > MAX_EXPANDED_NODES:
@@ -521,15 +523,20 @@ class _Checker:
         if total <= MAX_EXPANDED_NODES:
             return True
         _, largest = max(contributions, key=lambda cn: cn[0])
+        self._report_too_large(largest, "", "repetitions multiply when subgraphs nest; repeat fewer times")
+        return False
+
+    def _report_too_large(self, node: Node | None, detail: str, hint: str) -> None:
+        """E_PARAM: the root expands past :data:`MAX_EXPANDED_NODES`, at ``node``'s ``repeat`` (a top-level node)."""
         self.problems.add(
             "E_PARAM",
-            f"graph '{self.root.name}' expands to more than {MAX_EXPANDED_NODES:,} nodes with its subgraphs repeated",
-            node=largest.name,
-            op=largest.op,
-            location=largest.where("repeat"),
-            hint="repetitions multiply when subgraphs nest; repeat fewer times",
+            f"graph '{self.root.name}' expands to more than {MAX_EXPANDED_NODES:,} nodes with its subgraphs"
+            f" repeated{detail}",
+            node=node.name if node is not None else None,
+            op=node.op if node is not None else None,
+            location=node.where("repeat") if node is not None else self.root.location,
+            hint=hint,
         )
-        return False
 
     @staticmethod
     def _match_subgraph_inputs(

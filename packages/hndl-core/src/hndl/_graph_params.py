@@ -25,7 +25,7 @@ from ._dims import DimError, evaluate, format_dim, free_symbols, parse_dim, subs
 from ._graph import Graph, Node
 from .naming import excerpt, suggestion
 
-__all__ = ["PREFIX", "bind_contract", "bind_node", "is_reference", "repetition_params", "seed_env"]
+__all__ = ["PREFIX", "bind_contract", "bind_node", "is_reference", "repetition_params", "repetition_uses", "seed_env"]
 
 #: What starts a reference to a graph parameter in a node's parameters.
 PREFIX = "$"
@@ -141,6 +141,14 @@ def _item_place(place: str, key: Any) -> str:
     return f"{place}[{excerpt(key)}]"
 
 
+def repetition_uses(mappings: list[Any], repeat: int) -> list[tuple[Any, int]]:
+    """How a per-repetition ``params`` list spreads over ``repeat`` repetitions: ``(mapping, how many
+    repetitions it serves)``, each mapping but the last serving one in turn and the last every repetition after
+    them. ``mappings`` holds at most ``repeat + 1`` entries (the caller says what more is)."""
+    *firsts, last = mappings
+    return [(m, 1) for m in firsts] + [(last, repeat - len(firsts))]
+
+
 def repetition_params(sub: Graph, passed: Any, repeat: int) -> tuple[list[dict[str, Any]], str, str | None]:
     """The parameter values of each repetition of ``sub``: its defaults, overridden by what the use passed.
 
@@ -167,7 +175,7 @@ def repetition_params(sub: Graph, passed: Any, repeat: int) -> tuple[list[dict[s
                 "give one mapping for every repetition, or a list: one mapping per repetition in turn, the last "
                 f"for every repetition after them (at most {repeat + 1} mappings here)",
             )
-        given = given[:-1] + [given[-1]] * (repeat - (len(given) - 1))  # len(given) - 1 <= repeat
+        given = [m for m, count in repetition_uses(given, repeat) for _ in range(count)]
     out: list[dict[str, Any]] = []
     for values in given:
         for name in values:
