@@ -14,10 +14,11 @@ import io
 import re
 from pathlib import Path
 
+from shell_blocks import blocks_in
+
 import hndl._errors
 
 ERRORS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
-_FENCE = re.compile(r"^(`{3,})(\w*)\s*$")
 _ERROR_CODE = re.compile(r"\bE_[A-Z]+\b")
 
 
@@ -31,24 +32,9 @@ def test_the_errors_module_example_prints_what_it_shows():
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str, bool]]:
-    """``(language, body, marked expect-output)`` for each fenced block of a Markdown page."""
-    lines = text.splitlines()
-    found = []
-    i = 0
-    while i < len(lines):
-        m = _FENCE.match(lines[i])
-        if not m:
-            i += 1
-            continue
-        marked = i > 0 and lines[i - 1].strip() == "<!-- expect-output -->"
-        body = []
-        i += 1
-        while lines[i].strip() != m.group(1):
-            body.append(lines[i])
-            i += 1
-        found.append((m.group(2), "\n".join(body) + "\n", marked))
-        i += 1
-    return found
+    """``(language, body, marked expect-output)`` for each fenced block of a Markdown page (the reader the doc
+    tests share, tests/support/shell_blocks.py)."""
+    return [(b.lang, b.text, b.mark == "expect-output") for b in blocks_in(text, ERRORS_PAGE.name)]
 
 
 def test_every_error_message_in_the_errors_page_is_printed_by_its_example(tmp_path, monkeypatch):

@@ -56,7 +56,13 @@ class Block:
 
 def fenced_blocks(page: str, root: Path = ROOT) -> list[Block]:
     """Every fenced block of ``page`` (a path relative to ``root``), each with the marker just before it."""
-    lines = (root / page).read_text(encoding="utf-8").splitlines()
+    return blocks_in((root / page).read_text(encoding="utf-8"), page)
+
+
+def blocks_in(text: str, page: str) -> list[Block]:
+    """Every fenced block of the Markdown ``text`` (named ``page`` in each block's ``where``), each with the
+    marker just before it."""
+    lines = text.splitlines()
     found: list[Block] = []
     i = 0
     while i < len(lines):
