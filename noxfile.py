@@ -1,9 +1,12 @@
 """Sessions: `nox -s tests lint docs` is what CI runs (.ci/run) and what the README tells you to run.
 
-- tests: the install-set matrix. Each set gets its own venv and runs the whole test tree; tests of a
-  package that is not installed skip themselves (``pytest.importorskip``), so the report shows what applies.
+- tests: the install-set matrix. Each set gets its own venv, and each test runs once, in the smallest set that
+  holds what it needs (tests/conftest.py selects them; the rest show as deselected): "core" runs every test that
+  needs hndl-core alone, "core+func" those that need hndl-func, "all" those that need hndl-docs, and tests of
+  what the install itself decides (tests/core/test_packaging.py, the zoo's package data) run in every set.
   "core" and "core+func" are regular installs; "all" is an editable install, so both install modes of the
-  ``hndl`` namespace (see IMPLEMENTATION.md, "Packaging") are exercised on every run.
+  ``hndl`` namespace (see IMPLEMENTATION.md, "Packaging") are exercised on every run. pytest-xdist spreads a
+  set's tests over the machine's cores (``-n auto``).
 - lint: ruff check, ruff format --check, and mypy over the three packages' sources (``[tool.mypy]``).
 - docs: the reference docs are current (``python -m hndl.docs --check``) and the Sphinx site builds.
 - bench: the benchmarks (marked ``benchmark``, in benchmarks/ and tests/func/), which compare against
@@ -38,7 +41,16 @@ FUNC = "packages/hndl-func"
 DOCS = "packages/hndl-docs"
 # jsonschema: tests/core/test_spec_schema.py holds the published schema to the loader; torchinfo:
 # tests/core/test_summary_torchinfo.py holds hndl.summary's totals to torchinfo's. Without them those tests skip.
-TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "jsonschema>=4.18", "graphviz>=0.20", "torchinfo>=1.8"]
+# pytest-xdist: the sessions spread tests over the cores (``-n auto``); plain ``pytest`` works without it.
+TEST_DEPS = [
+    "pytest>=8",
+    "pytest-xdist>=3.5",
+    "hypothesis>=6.100",
+    "jsonschema>=4.18",
+    "graphviz>=0.20",
+    "torchinfo>=1.8",
+]
+PYTEST = ["pytest", "-q", "-p", "no:cacheprovider", "-n", "auto"]
 # Every session installs torch through this constraints file: hndl-core accepts a torch range, and without the
 # pin pip would pick the newest release in it (a multi-GB CUDA build). tests_torch214 (below) uses its own.
 TORCH_213 = ["-c", os.path.join("constraints", "torch-2.13.txt")]
@@ -100,7 +112,7 @@ def tests(session: nox.Session, install_set: str) -> None:
     packages, editable = INSTALL_SETS[install_set]
     _install(session, packages, editable)
     session.run("python", "-c", "import hndl, hndl.torch; print('hndl from', hndl.__file__)")
-    session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs, env={"HNDL_INSTALL_SET": install_set})
+    session.run(*PYTEST, *session.posargs, env={"HNDL_INSTALL_SET": install_set})
 
 
 @nox.session
@@ -182,7 +194,7 @@ def tests_torch214(session: nox.Session) -> None:
     session.install("-c", os.path.join("constraints", "torch-2.14.txt"), "torch==2.14.1")
     session.install("-c", os.path.join("constraints", "torch-2.14.txt"), CORE, FUNC, *TEST_DEPS)
     session.run("python", "-c", "import torch; assert torch.__version__.startswith('2.14.1'), torch.__version__")
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/core", "tests/func", *session.posargs)
+    session.run(*PYTEST, "tests/core", "tests/func", *session.posargs)
 
 
 @nox.session

@@ -11,6 +11,9 @@ import pytest
 
 import hndl
 
+# What these check is decided by the install itself (which distributions, which install mode).
+pytestmark = pytest.mark.every_install_set
+
 EXPECTED = {
     "core": {"hndl.func": False, "hndl.docs": False},
     "core+func": {"hndl.func": True, "hndl.docs": False},

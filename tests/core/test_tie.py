@@ -107,6 +107,7 @@ def test_untying_by_assignment_is_no_state_change() -> None:
     assert model(tokens()).abs().sum() == 0
 
 
+@pytest.mark.needs("hndl-func")
 @pytest.mark.parametrize("names", [TIED, TIED[:1], TIED[1:]], ids=["both", "head", "wte"])
 @pytest.mark.parametrize("strict", [False, True])
 def test_functional_call_with_both_names_or_one_behaves_as_torch_func(names: tuple[str, ...], strict: bool) -> None:
@@ -125,6 +126,7 @@ def test_functional_call_with_both_names_or_one_behaves_as_torch_func(names: tup
     torch.testing.assert_close(got, mixed @ weight.T)
 
 
+@pytest.mark.needs("hndl-func")
 def test_functional_call_with_two_different_values_for_a_tie_fails_as_torch_func_does() -> None:
     hndl_func = pytest.importorskip("hndl.func")
     model = tied_model()

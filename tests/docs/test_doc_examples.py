@@ -23,6 +23,9 @@ from shell_blocks import Block, fenced_blocks
 
 pytest.importorskip("torch")
 
+# The pages are read by users of every install set: blocks that need only hndl-core must run without the others.
+pytestmark = pytest.mark.every_install_set
+
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = sorted(p for p in DOCS.glob("*.md"))
 
