@@ -164,12 +164,21 @@ def install_docs(session: nox.Session) -> None:
         session.log(f"{page}: every block ran as written ({time.monotonic() - started:.0f} s)")
 
 
+# glibc's malloc moves its mmap and trim thresholds as a process frees memory, so whether a freed activation's
+# memory goes back to the OS (and is page-faulted in again on the next call) depends on where earlier small
+# allocations happened to land, not on the code timed: conv_stack at batch 16 re-faulted 240-700 pages a call,
+# depending on the callable and the process, with the same tensor work (IMPLEMENTATION.md, "Measuring"). The
+# benchmarks pin both thresholds (64 MiB, 256 MiB), as allocator tuning for PyTorch on CPU does (jemalloc or
+# tcmalloc in PyTorch's performance guide), so both sides of a comparison keep their memory.
+PINNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks against hand-written PyTorch twins (and hndl.func against torch.func); prints the tables."""
     _install(session, [CORE, FUNC], False)
     paths = session.posargs or ["benchmarks", "tests/func"]
-    session.run("pytest", "-q", "-s", "-p", "no:cacheprovider", "-m", "benchmark", *paths)
+    session.run("pytest", "-q", "-s", "-p", "no:cacheprovider", "-m", "benchmark", *paths, env=PINNED_MALLOC)
 
 
 @nox.session

@@ -228,58 +228,73 @@ def _eval_dim(d: Any, scalars: dict[str, int]) -> int | None:
     """The value of a static dim under the bindings, or ``None`` when it cannot be known (skip it)."""
     if isinstance(d, int):
         return d
-    if is_unknown(d) or not free_symbols(d) <= scalars.keys():
-        return None
-    try:
+    try:  # an unbound symbol, or one inference could not determine ("?..."; never bound), raises DimError
         return evaluate(d, scalars)
     except (DimError, ZeroDivisionError):
         return None
 
 
-def _expected(shape: tuple[Any, ...], env: dict[str, Any]) -> tuple[list[Any], list[Any], bool, list[str]]:
-    """Split a static shape into checkable head and tail dims around an open run; also a display form."""
-    scalars = _scalars(env)
+def _expected(
+    shape: tuple[Any, ...], env: dict[str, Any], scalars: dict[str, int]
+) -> tuple[list[Any], list[Any], bool]:
+    """Split a static shape into checkable head and tail dims (value, as written) around an open run."""
     head: list[Any] = []
     tail: list[Any] = []
-    shown: list[str] = []
     open_run = False
     for d in shape:
         if isinstance(d, Variadic):
             bound = env.get(d.name)
             if bound is None or not all(isinstance(b, int) for b in bound):
                 open_run = True
-                shown.append("...")
                 continue
             (tail if open_run else head).extend((b, b) for b in bound)
-            shown.extend(str(b) for b in bound)
+            continue
+        (tail if open_run else head).append((_eval_dim(d, scalars), d))
+    return head, tail, open_run
+
+
+def _expected_text(shape: tuple[Any, ...], env: dict[str, Any], scalars: dict[str, int]) -> str:
+    """The expected shape as a message shows it: bound dims as numbers, the rest as written (``...``, ``?``)."""
+    shown: list[str] = []
+    for d in shape:
+        if isinstance(d, Variadic):
+            bound = env.get(d.name)
+            if bound is None or not all(isinstance(b, int) for b in bound):
+                shown.append("...")
+            else:
+                shown.extend(str(b) for b in bound)
             continue
         value = _eval_dim(d, scalars)
-        (tail if open_run else head).append((value, d))
-        if value is None:
-            shown.append("?" if is_unknown(d) else str(format_dim(d)))
-        else:
+        if value is not None:
             shown.append(str(value))
-    return head, tail, open_run, shown
+        else:
+            shown.append("?" if is_unknown(d) else str(format_dim(d)))
+    return "[" + ", ".join(shown) + "]"
 
 
-def shape_reason(static: TensorType, actual: tuple[int, ...], env: dict[str, Any]) -> tuple[str, str]:
-    """Why ``actual`` breaks ``static`` under ``env`` (``""`` if it does not), and the expected shape shown."""
+def shape_reason(
+    static: TensorType, actual: tuple[int, ...], env: dict[str, Any], scalars: dict[str, int] | None = None
+) -> tuple[str, str]:
+    """Why ``actual`` breaks ``static`` under ``env`` (``""`` if it does not), and the expected shape shown
+    (only with a reason: validation checks every output of a call, and builds the text for the one that fails).
+    ``scalars`` is ``env``'s integer bindings, when the caller already has them."""
     if static.shape is None:
-        return "", "[...]"
-    head, tail, open_run, shown = _expected(static.shape, env)
-    expected_text = "[" + ", ".join(shown) + "]"
+        return "", ""
+    scalars = _scalars(env) if scalars is None else scalars
+    head, tail, open_run = _expected(static.shape, env, scalars)
     rank = len(actual)
     listed = len(head) + len(tail)  # dims the shape writes out, around an open run
     if (not open_run and rank != listed) or (open_run and rank < listed):
         wanted = f">= {listed}" if open_run else str(listed)
-        return f"expected rank {wanted}, got rank {rank}", expected_text
+        return f"expected rank {wanted}, got rank {rank}", _expected_text(static.shape, env, scalars)
     pairs = list(enumerate(head)) + [(rank - len(tail) + i, t) for i, t in enumerate(tail)]
     for index, (value, written) in pairs:
         if value is not None and actual[index] != value:
+            expected = _expected_text(static.shape, env, scalars)
             if isinstance(written, int):
-                return f"dim {index} expected {value}, got {actual[index]}", expected_text
-            return f"dim {index} expected {format_dim(written)} = {value}, got {actual[index]}", expected_text
-    return "", expected_text
+                return f"dim {index} expected {value}, got {actual[index]}", expected
+            return f"dim {index} expected {format_dim(written)} = {value}, got {actual[index]}", expected
+    return "", ""
 
 
 def _port_names(node: CheckedNode, count: int, outputs: bool) -> list[str]:
@@ -298,23 +313,29 @@ def _port_names(node: CheckedNode, count: int, outputs: bool) -> list[str]:
     return out
 
 
+_SATISFIED: dict[tuple[torch.dtype, str], bool] = {}
+
+
 def _dtype_reason(
     node: CheckedNode, index: int, static: TensorType, value: torch.Tensor, ins: Sequence[Any], autocast: bool
 ) -> tuple[str, str]:
-    actual = dtype_name(value.dtype)
-    if dtype_satisfies(actual, static.dtype) is not True and not autocast:
-        return f"dtype expected {static.dtype}, got {actual}", static.dtype
+    key = (value.dtype, static.dtype)
+    satisfied = _SATISFIED.get(key)
+    if satisfied is None:  # a handful of (dtype, rule) pairs in a process: remembered, not recomputed per output
+        satisfied = _SATISFIED[key] = dtype_satisfies(dtype_name(value.dtype), static.dtype) is True
+    if not satisfied and not autocast:
+        return f"dtype expected {static.dtype}, got {dtype_name(value.dtype)}", static.dtype
     ports = node.opdef.outputs
     rule = ports[min(index, len(ports) - 1)].dtype if ports else "any"
     if rule.startswith("same:") and not autocast:
-        names = _port_names(node, len(ins), outputs=False)
         source = rule[5:]
-        first = f"{source}[0]"  # a variadic port (module's x): its first value
-        if source in names or first in names:
-            other = ins[names.index(source if source in names else first)]
+        # The input port's position is its value's index (a variadic port, module's x: its first value).
+        position = next((i for i, port in enumerate(node.opdef.inputs) if port.name == source), len(ins))
+        if position < len(ins):
+            other = ins[position]
             if isinstance(other, torch.Tensor) and other.dtype != value.dtype:
                 wanted = dtype_name(other.dtype)
-                return f"dtype must match input {source!r} ({wanted}), got {actual}", wanted
+                return f"dtype must match input {source!r} ({wanted}), got {dtype_name(value.dtype)}", wanted
     return "", ""
 
 
@@ -350,6 +371,7 @@ def run_checked(
             inputs on different devices; E_RUNTIME for a layer that raised, with the exception chained.
     """
     autocast = any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
+    scalars = _scalars(env)  # the bindings do not change while the steps run
     for index, (step, module) in enumerate(zip(steps, modules)):
         node = step.node
         ins = [values[v] for v in step.inputs]
@@ -376,9 +398,8 @@ def run_checked(
             raise layer_failure(node, ins, exc) from exc
         count = len(step.outputs)
         outs = _split(node, result, count, env)
-        ports = _port_names(node, count, outputs=True)
         for i, (value_id, value, static) in enumerate(zip(step.outputs, outs, node.out_types)):
-            problem = _check_output(node, ports[i], i, static, value, ins, env, autocast)
+            problem = _check_output(node, count, i, static, value, ins, env, scalars, autocast)
             if problem is not None:
                 raise HndlError(problem)
             values[value_id] = value
@@ -410,19 +431,23 @@ _MODULE_HINT = "op module promises its input's shape unless told: give the layer
 
 def _check_output(
     node: CheckedNode,
-    port: str,
+    count: int,
     index: int,
     static: TensorType,
     value: Any,
     ins: Sequence[Any],
     env: dict[str, Any],
+    scalars: dict[str, int],
     autocast: bool,
 ) -> Problem | None:
+    """The problem with output ``index`` of ``count`` (None when it meets ``static``); texts are built only for a
+    problem found."""
+
     def problem(message: str, expected: Any, actual: Any) -> Problem:
         return node.problem(
             "E_CONTRACT",
             message,
-            port=port,
+            port=_port_names(node, count, outputs=True)[index],
             expected=expected,
             actual=actual,
             bindings=dict(env) or None,
@@ -435,7 +460,7 @@ def _check_output(
             found.hint = "choose the value(s) the node gives with 'output' (nested tuples count flattened)"
         return found
     actual_shape = tuple(value.shape)
-    reason, expected_text = shape_reason(static, actual_shape, env)
+    reason, expected_text = shape_reason(static, actual_shape, env, scalars)
     if reason:
         return problem(f"output {reason}", expected_text, format_shape(actual_shape))
     reason, wanted = _dtype_reason(node, index, static, value, ins, autocast)
