@@ -9,7 +9,8 @@ it needs, instead of the whole tree in every set: the "core" set runs every test
 proves hndl-core stands alone, the strictest place to run them), "core+func" the tests that need hndl-func, and
 "all" (the editable install) the tests that need hndl-docs. What a test needs is its directory (``tests/func``,
 ``tests/docs``) or its ``needs`` marker. Tests marked ``every_install_set`` (what the install itself decides: the
-namespace, the packaged spec files, the examples) run in every set. Plain ``pytest`` runs everything.
+namespace, the zoo's packaged spec files, the doc pages' examples, whose hndl-core blocks must run without the
+other distributions) run in every set. Plain ``pytest`` runs everything.
 """
 
 from __future__ import annotations
