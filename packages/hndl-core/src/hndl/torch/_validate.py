@@ -234,41 +234,36 @@ def _eval_dim(d: Any, scalars: dict[str, int]) -> int | None:
         return None
 
 
-def _expected(
-    shape: tuple[Any, ...], env: dict[str, Any], scalars: dict[str, int]
-) -> tuple[list[Any], list[Any], bool]:
-    """Split a static shape into checkable head and tail dims (value, as written) around an open run."""
-    head: list[Any] = []
-    tail: list[Any] = []
-    open_run = False
+#: Stands for an unbound variadic run (any number of dims) among :func:`_expected`'s dims.
+OPEN = (object(), None)
+
+
+def _expected(shape: tuple[Any, ...], env: dict[str, Any], scalars: dict[str, int]) -> list[tuple[Any, Any]]:
+    """``shape``'s dims under the bindings, each (value, as written), value None when it cannot be known; a
+    bound variadic run spelled out (each dim its own value), an unbound one :data:`OPEN`."""
+    dims: list[tuple[Any, Any]] = []
     for d in shape:
         if isinstance(d, Variadic):
             bound = env.get(d.name)
             if bound is None or not all(isinstance(b, int) for b in bound):
-                open_run = True
-                continue
-            (tail if open_run else head).extend((b, b) for b in bound)
-            continue
-        (tail if open_run else head).append((_eval_dim(d, scalars), d))
-    return head, tail, open_run
-
-
-def _expected_text(shape: tuple[Any, ...], env: dict[str, Any], scalars: dict[str, int]) -> str:
-    """The expected shape as a message shows it: bound dims as numbers, the rest as written (``...``, ``?``)."""
-    shown: list[str] = []
-    for d in shape:
-        if isinstance(d, Variadic):
-            bound = env.get(d.name)
-            if bound is None or not all(isinstance(b, int) for b in bound):
-                shown.append("...")
+                dims.append(OPEN)
             else:
-                shown.extend(str(b) for b in bound)
-            continue
-        value = _eval_dim(d, scalars)
-        if value is not None:
-            shown.append(str(value))
+                dims.extend((b, b) for b in bound)
         else:
-            shown.append("?" if is_unknown(d) else str(format_dim(d)))
+            dims.append((_eval_dim(d, scalars), d))
+    return dims
+
+
+def _expected_text(dims: list[tuple[Any, Any]]) -> str:
+    """The expected shape as a message shows it: known dims as numbers, the rest as written (``...``, ``?``)."""
+    shown = []
+    for dim in dims:
+        if dim is OPEN:
+            shown.append("...")
+        elif dim[0] is not None:
+            shown.append(str(dim[0]))
+        else:
+            shown.append("?" if is_unknown(dim[1]) else str(format_dim(dim[1])))
     return "[" + ", ".join(shown) + "]"
 
 
@@ -280,20 +275,22 @@ def shape_reason(
     ``scalars`` is ``env``'s integer bindings, when the caller already has them."""
     if static.shape is None:
         return "", ""
-    scalars = _scalars(env) if scalars is None else scalars
-    head, tail, open_run = _expected(static.shape, env, scalars)
+    dims = _expected(static.shape, env, _scalars(env) if scalars is None else scalars)
+    # The dims written out, checkable from the front (before an open run) and from the back (after one).
+    open_at = next((i for i, dim in enumerate(dims) if dim is OPEN), None)
+    head = dims if open_at is None else dims[:open_at]
+    tail = [] if open_at is None else [dim for dim in dims[open_at:] if dim is not OPEN]
     rank = len(actual)
-    listed = len(head) + len(tail)  # dims the shape writes out, around an open run
-    if (not open_run and rank != listed) or (open_run and rank < listed):
-        wanted = f">= {listed}" if open_run else str(listed)
-        return f"expected rank {wanted}, got rank {rank}", _expected_text(static.shape, env, scalars)
+    listed = len(head) + len(tail)
+    if (open_at is None and rank != listed) or (open_at is not None and rank < listed):
+        wanted = str(listed) if open_at is None else f">= {listed}"
+        return f"expected rank {wanted}, got rank {rank}", _expected_text(dims)
     pairs = list(enumerate(head)) + [(rank - len(tail) + i, t) for i, t in enumerate(tail)]
     for index, (value, written) in pairs:
         if value is not None and actual[index] != value:
-            expected = _expected_text(static.shape, env, scalars)
             if isinstance(written, int):
-                return f"dim {index} expected {value}, got {actual[index]}", expected
-            return f"dim {index} expected {format_dim(written)} = {value}, got {actual[index]}", expected
+                return f"dim {index} expected {value}, got {actual[index]}", _expected_text(dims)
+            return f"dim {index} expected {format_dim(written)} = {value}, got {actual[index]}", _expected_text(dims)
     return "", ""
 
 
