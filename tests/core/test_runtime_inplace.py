@@ -20,7 +20,7 @@ def built(spec: str) -> hndl.GraphModule:
 
 def written_into(model: hndl.GraphModule) -> dict[str, int]:
     """Which steps may write into an input, by node name -> the input's position."""
-    steps = in_place_steps(model.plan, model._leaves(), model._runtime.forms)
+    steps = in_place_steps(model.plan, model._leaves(), model._runtime.forms, model._runtime.hooked)
     return {model.plan.steps[i].node.qualname: step.operand for i, step in steps.items()}
 
 
@@ -135,3 +135,163 @@ def test_a_relu_after_a_private_value_passes_privacy_on_to_an_add():
     with torch.no_grad():
         model(x, y)
         assert torch.equal(model(x, y), torch.relu(model.nodes.n_h(x)) + y)
+
+
+# --- regressions: nothing anyone can observe is written (issue 20) ---------------------------------------------
+
+
+class _CountInPlaceAdds(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.add_.Tensor:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _resnet18() -> hndl.GraphModule:
+    torch.manual_seed(0)
+    return hndl.build(hndl.zoo.get("resnet18", num_classes=10)).eval()
+
+
+def test_with_no_hook_the_residual_adds_really_run_in_place():
+    model = _resnet18()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        model(x)
+        with _CountInPlaceAdds() as adds:
+            model(x)
+    assert adds.count == 8
+
+
+def test_regression_a_forward_hook_keeping_a_layer_output_is_not_overwritten_by_the_next_add():
+    # Feature extraction: hooks keep each leaf layer's output (no clone). Before the fix, the residual add wrote
+    # into the kept output of every block's last BatchNorm (max difference 2.38 on resnet18).
+    model = _resnet18()
+    x = torch.randn(2, 3, 32, 32)
+    kept: dict[str, torch.Tensor] = {}
+    copies: dict[str, torch.Tensor] = {}
+
+    def keep(name):
+        def hook(module, args, output):
+            kept[name] = output
+            copies[name] = output.clone()
+
+        return hook
+
+    with torch.no_grad():
+        model(x)  # the fast path without hooks: adds in place
+        handles = [m.register_forward_hook(keep(n)) for n, m in model.named_modules() if not list(m.children())]
+        model(x)
+        model(x)
+    for h in handles:
+        h.remove()
+    assert "nodes.n_layer1.n_0.n_bn2" in kept or any(k.endswith("n_bn2") for k in kept)
+    assert all(torch.equal(kept[n], copies[n]) for n in kept)
+
+
+def test_regression_a_global_forward_hook_keeping_outputs_sees_them_unchanged():
+    model = _resnet18()
+    x = torch.randn(2, 3, 32, 32)
+    kept: list[tuple[torch.Tensor, torch.Tensor]] = []
+    with torch.no_grad():
+        model(x)
+        handle = nn.modules.module.register_module_forward_hook(
+            lambda m, a, o: kept.append((o, o.clone())) if isinstance(o, torch.Tensor) else None
+        )
+        try:
+            model(x)
+        finally:
+            handle.remove()
+    assert kept
+    assert all(torch.equal(o, c) for o, c in kept)
+
+
+def test_a_hooked_producer_does_not_make_a_private_value():
+    model = _resnet18()
+    x = torch.randn(2, 3, 32, 32)
+    assert "layer1.0.add" in written_into(model)
+    handle = model.nodes.n_layer1[0].n_bn2.register_forward_hook(lambda m, a, o: None)
+    with torch.no_grad():
+        model(x)  # the hook is a registered-state change: the call is generated again
+    found = written_into(model)
+    assert "layer1.0.add" not in found  # its other operand (the block's input) is read twice
+    assert "layer1.1.add" in found  # blocks without a hook still write in place
+    handle.remove()
+    with torch.no_grad():
+        model(x)
+    assert "layer1.0.add" in written_into(model)
+
+
+@pytest.mark.parametrize(
+    "patched",
+    [
+        lambda inp, w, b=None: inp,  # returns the caller's tensor
+        lambda inp, w, b=None: inp.view_as(inp),  # a view of it
+        lambda inp, w, b=None: inp.detach(),  # another tensor on its memory
+        lambda inp, w, b=None: w,  # a parameter
+        lambda inp, w, b=None: w.detach(),  # a parameter's memory
+    ],
+    ids=["input", "view of input", "detached input", "weight", "detached weight"],
+)
+def test_regression_a_patched_functional_returning_a_tensor_someone_holds_is_not_written(monkeypatch, patched):
+    model = built(
+        "hndl: 1\ninputs: {x: {shape: [B, 4]}}\nnodes: {h: {op: linear, in: x, out_features: 4},"
+        " o: {op: add, in: [h, x]}}\noutputs: [o]"
+    )
+    assert written_into(model) == {"o": 0}
+    x = torch.randn(4, 4)
+    with torch.no_grad():
+        model(x)
+        before = x.clone()
+        state = {k: v.clone() for k, v in model.state_dict().items()}
+        monkeypatch.setattr(torch.nn.functional, "linear", patched)
+        expected = patched(before, state["nodes.n_h.weight"]) + before
+        assert torch.equal(model(x), expected)
+    assert torch.equal(x, before)
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+
+
+def test_regression_a_patched_functional_keeping_its_result_sees_it_unchanged(monkeypatch):
+    model = built(
+        "hndl: 1\ninputs: {x: {shape: [B, 4]}, y: {shape: [B, 4]}}\nnodes: {h: {op: linear, in: x, out_features: 4},"
+        " o: {op: add, in: [h, y]}}\noutputs: [o]"
+    )
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    kept: list[torch.Tensor] = []
+    original = torch.nn.functional.linear
+
+    def keeping(*args, **kwargs):
+        out = original(*args, **kwargs)
+        kept.append(out)
+        return out
+
+    with torch.no_grad():
+        model(x, y)
+        monkeypatch.setattr(torch.nn.functional, "linear", keeping)
+        model(x, y)
+    assert torch.equal(kept[-1], original(x, model.nodes.n_h.weight, model.nodes.n_h.bias))
+
+
+def test_the_sole_owner_check_answers_for_locals_views_and_held_tensors():
+    from hndl.torch._inline import sole_owner
+
+    def fresh() -> bool:
+        t = torch.randn(3)
+        return sole_owner(t)
+
+    def held(other: torch.Tensor) -> bool:
+        t = other
+        return sole_owner(t)
+
+    def viewed() -> bool:
+        base = torch.randn(3)
+        t = base[:2]
+        del base
+        return sole_owner(t)
+
+    assert fresh()
+    assert not held(torch.randn(3))  # the caller's expression still holds it
+    assert not viewed()  # the view's base is another tensor on the same memory

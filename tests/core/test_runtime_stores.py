@@ -566,3 +566,63 @@ def test_a_new_input_shape_after_a_validation_still_checks_inputs_and_runs_the_l
     with pytest.raises(hndl.HndlError) as err:
         model(torch.randn(5, 9))
     assert err.value.code == "E_INPUT"
+
+
+# --- what is trusted: a tensor's own size and dtype, not a subclass's Python properties (issue 20) ----------------
+
+
+class LyingParameter(nn.Parameter):
+    """A Parameter whose Python ``shape`` and ``dtype`` claim the build's values whatever it holds."""
+
+    claimed_shape = torch.Size([4])
+
+    @property
+    def shape(self) -> torch.Size:  # type: ignore[override]
+        return self.claimed_shape
+
+    @property
+    def dtype(self) -> torch.dtype:  # type: ignore[override]
+        return torch.float32
+
+
+def _assign(model: hndl.GraphModule, value: torch.Tensor, hookless: bool) -> None:
+    layer = model.nodes.n_out
+    if hookless:
+        layer._parameters["bias"] = value
+    else:
+        layer.bias = value
+
+
+@pytest.mark.parametrize("hookless", [False, True], ids=["setattr", "hookless"])
+@pytest.mark.parametrize("form", ["inline", "precise on the fast path (a large model)", "no C++ tensor guard"])
+def test_regression_a_parameter_subclass_lying_about_its_shape_is_caught(hookless, form, monkeypatch):
+    # Before issue 20's fix a [1] bias claiming shape [4] passed the state check and F.linear broadcast it.
+    if form.startswith("precise"):
+        monkeypatch.setattr(_guards, "UNROLL_LIMIT", 0)
+    elif form.startswith("no C++"):
+        monkeypatch.setattr(_guards, "_TensorGuards", None)
+    model = ready()
+    liar = LyingParameter(torch.zeros(1))
+    assert liar.shape == (4,)  # what Python code reading .shape would believe
+    _assign(model, liar, hookless)
+    with pytest.raises(hndl.HndlError) as info:
+        model(X)
+    assert info.value.code == "E_RUNTIME"
+    assert "parameter 'nodes.n_out.bias' has shape [1], the build made [4]" in str(info.value)
+
+
+@pytest.mark.parametrize("hookless", [False, True], ids=["setattr", "hookless"])
+def test_regression_a_parameter_subclass_lying_about_its_dtype_is_caught(hookless):
+    model = ready()
+    liar = LyingParameter(torch.zeros(4, dtype=torch.float64))
+    assert liar.dtype == torch.float32
+    _assign(model, liar, hookless)
+    with pytest.raises(hndl.HndlError, match="has dtype float64, the build made float32"):
+        model(X)
+
+
+def test_a_parameter_subclass_telling_the_truth_is_accepted():
+    model = ready()
+    honest = LyingParameter(torch.zeros(4))
+    model.nodes.n_out.bias = honest
+    assert torch.equal(model(X), mlp_twin(model)(X))

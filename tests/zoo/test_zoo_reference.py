@@ -178,3 +178,45 @@ def test_gpt2_with_two_layers_of_width_128_and_the_full_vocabulary():
     check_gradients(
         "gpt2", _seeded(lambda: _gpt2(**config, **no_dropout)), [tokens], output=logits, dropout=0.0, **config
     )
+
+
+def test_regression_features_kept_by_forward_hooks_on_resnet18_equal_torchvision():
+    """Feature extraction as users write it: forward hooks that keep each conv's and BatchNorm's output (no
+    clone), then an inference under ``no_grad``. Before issue 20's fix hndl's residual add wrote into the kept
+    output of every block's last BatchNorm (``layer1.0.bn2``: off by up to 2.38). torchvision's own blocks run
+    ``out += identity`` and ``relu(inplace=True)`` on those same tensors, so its hooks clone to see the values
+    the layers returned; hndl's hooks keep the tensors themselves and must see the same values."""
+    models = require("torchvision.models")
+    import hndl
+
+    reference = _seeded(models.resnet18)
+    from parity import randomise_batchnorm
+
+    randomise_batchnorm(reference)
+    model = hndl.build(hndl.zoo.get("resnet18"))
+    hndl.zoo.load_reference_state_dict(model, "resnet18", reference.state_dict())
+    model.eval()
+    reference.eval()
+
+    def reference_name(hndl_name: str) -> str:
+        name = ".".join(part.removeprefix("n_") for part in hndl_name.split(".")[1:])
+        return name.replace("downsample_conv", "downsample.0").replace("downsample_bn", "downsample.1")
+
+    ours: dict[str, torch.Tensor] = {}
+    theirs: dict[str, torch.Tensor] = {}
+    layers = [(n, m) for n, m in model.named_modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.BatchNorm2d))]
+    for name, module in layers:
+        module.register_forward_hook(lambda m, a, o, name=name: ours.__setitem__(name, o))
+        reference.get_submodule(reference_name(name)).register_forward_hook(
+            lambda m, a, o, name=name: theirs.__setitem__(name, o.clone())
+        )
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        model(x)  # the first call validates; the second takes the fast path
+        out = model(x)
+        expected = reference(x)
+    assert torch.equal(out, expected)
+    assert "nodes.n_layer1.0.n_bn2" in ours
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        assert torch.equal(ours[name], theirs[name]), name

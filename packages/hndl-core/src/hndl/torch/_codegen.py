@@ -87,8 +87,9 @@ def compile_graph(
             layer's forward written out (an :class:`._inline.Inline`), guarded by ``k3.forward is f3`` so a
             patched class runs its own code.
         in_place: the steps that may write into an input with no gradient recorded (:func:`._inline.in_place_steps`);
-            their line tests ``nograd`` (computed once per call) and that the input's producer ``q3`` still has
-            the ``forward`` ``g3`` it was judged by.
+            their line tests ``nograd`` (computed once per call), that the input's producer ``q3`` still has
+            the ``forward`` ``g3`` it was judged by, and that nothing but this frame holds the input
+            (``alone``, :func:`._inline.sole_owner`).
         stores: the terms of the stores record's comparison, as source (``StoresRecord.terms``).
         signature: the signature condition, as source (:func:`._guards.signature_guard`).
         label: a readable name for the fake file (the graph name).
@@ -123,7 +124,9 @@ def compile_graph(
             if i in in_place and form.in_place is not None:
                 written_into = in_place[i].operand
                 other = ins[1 - written_into] if len(ins) == 2 else ""
-                fields.update(t=ins[written_into], o=other, may=f"nograd and q{i}.forward is g{i}")
+                fields.update(
+                    t=ins[written_into], o=other, may=f"nograd and q{i}.forward is g{i} and alone({ins[written_into]})"
+                )
                 template = form.in_place
             call = f"{template.format(**fields)} if k{i}.forward is f{i} else m{i}.forward({call_args})"
         else:

@@ -44,9 +44,11 @@ swapped in under its registered name (``torch.func.functional_call``) is not kep
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain, repeat
 from operator import itemgetter
 from types import CodeType
@@ -55,7 +57,7 @@ from typing import Any
 import torch.nn.modules.module as _torch_module
 from torch import nn
 
-from ._state import walk_modules
+from ._state import true_dtype, true_size, walk_modules
 
 
 def _load_tensor_guards() -> Any:
@@ -114,6 +116,24 @@ def signature_guard(symbolic: bool) -> Guard:
     return SYMBOLIC_SIGNATURE if symbolic else SIGNATURE
 
 
+# The registered tensors' facts, also inlined on their own where PyTorch's C++ tensor guard cannot stand in.
+# Sizes and dtypes are read through torch.Tensor's own descriptors, as the kernels see them: a subclass whose
+# Python ``shape`` or ``dtype`` property says otherwise is not believed (SPEC 11.2).
+TENSOR_FACTS: tuple[Guard, ...] = (
+    Guard(
+        "tuple(map(is_, chain_values(map(dict_values, tensors)), endless_none)) == nones",
+        "a parameter or buffer set to None or from None",
+    ),
+    Guard(
+        "tuple(map(true_size, filter(present, chain_values(map(dict_values, tensors))))) == shapes",
+        "a parameter's or buffer's shape changed in place (t.data = ...)",
+    ),
+    Guard(
+        "tuple(map(true_dtype, filter(present, chain_values(map(dict_values, tensors))))) == dtypes",
+        "a parameter or buffer whose dtype changed in place",
+    ),
+)
+
 # The precise form: one ``tuple(map(...))`` pass per fact, over the record's tuples of live dicts.
 _STORES = "_parameters", "_buffers", "_modules"
 PRECISE: tuple[Guard, ...] = (
@@ -129,14 +149,7 @@ PRECISE: tuple[Guard, ...] = (
         "a submodule replaced or set to None (by identity: a submodule whose __eq__ lies is still seen)",
     ),
     Guard("tuple(map(tuple, keyed)) == keys", "a name added, removed or renamed, or a reorder, in a store dict"),
-    Guard(
-        "tuple(map(getattr, chain_values(map(dict_values, tensors)), endless_shape, endless_none)) == shapes",
-        "a parameter or buffer set to None or from None, or its shape changed in place (t.data = ...)",
-    ),
-    Guard(
-        "tuple(map(getattr, chain_values(map(dict_values, tensors)), endless_dtype, endless_none)) == dtypes",
-        "a parameter or buffer whose dtype changed in place",
-    ),
+    *TENSOR_FACTS,
     Guard(
         "tuple(map(len, instance_dicts)) == attr_counts",
         "an instance attribute added to or removed from a node's layer (forward reassigned, Module.compile())",
@@ -150,9 +163,20 @@ _HELPERS: dict[str, Any] = {
     "dict_values": dict.values,
     "stores_of": itemgetter(*_STORES),
     "endless_none": repeat(None),
-    "endless_shape": repeat("shape"),
-    "endless_dtype": repeat("dtype"),
+    "is_": operator.is_,
+    "present": partial(operator.is_not, None),
+    "true_size": true_size,
+    "true_dtype": true_dtype,
 }
+
+
+def _read(fact: Callable[[Any], Any], value: Any) -> Any:
+    """``fact(value)`` for the record; a value it cannot read (not a tensor) records a marker that no live value
+    equals, so the next comparison fails and the validation names the value."""
+    try:
+        return fact(value)
+    except Exception:
+        return object()
 
 
 # --- the signature and the state version -------------------------------------------------------------------
@@ -353,7 +377,7 @@ def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
     if check is not None:
         terms.append(f"{names('check', check)}(" + ", ".join(src for src, *_ in slots) + ")")
     elif slots:
-        terms += [g.source for g in PRECISE if "getattr" in g.source]
+        terms += [g.source for g in TENSOR_FACTS]
     namespace = names.namespace
     namespace.update(
         _HELPERS,
@@ -369,8 +393,9 @@ def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
         keyed=tuple(keyed),
         keys=tuple(tuple(d) for d in keyed),
         tensors=tuple(tensor_dicts),
-        shapes=tuple(getattr(v, "shape", None) for d in tensor_dicts for v in d.values()),
-        dtypes=tuple(getattr(v, "dtype", None) for d in tensor_dicts for v in d.values()),
+        nones=tuple(v is None for d in tensor_dicts for v in d.values()),
+        shapes=tuple(_read(true_size, v) for d in tensor_dicts for v in d.values() if v is not None),
+        dtypes=tuple(_read(true_dtype, v) for d in tensor_dicts for v in d.values() if v is not None),
         instance_dicts=tuple(instance_dicts),
         attr_counts=tuple(map(len, instance_dicts)),
     )

@@ -21,17 +21,19 @@ deleted and put back as a buffer is left to ``forward``).
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 
 from .._plan import Plan
 from . import layers
 
-__all__ = ["InPlace", "Inline", "in_place_steps", "inline_for"]
+__all__ = ["InPlace", "Inline", "in_place_steps", "inline_for", "sole_owner"]
 
 
 @dataclass(frozen=True)
@@ -144,16 +146,21 @@ class InPlace:
     producer_forward: Any
 
 
-def in_place_steps(plan: Plan, leaves: Sequence[Any], forms: Sequence[Any]) -> dict[int, InPlace]:
+def in_place_steps(
+    plan: Plan, leaves: Sequence[Any], forms: Sequence[Any], observed: Sequence[bool]
+) -> dict[int, InPlace]:
     """The steps whose written-out form may write into an input, with no gradient recorded (``torch.no_grad``,
     ``inference_mode``), as torchvision's ``out += identity`` does.
 
     A step qualifies when its form has an in-place variant (hndl's Add) and one input is *private*: made by an
-    earlier step whose layer returns a new tensor, read by this step alone, and not a graph output. Nothing else
-    can then see the write. A ReLU's output is new, or its input when a user set ``inplace``; it counts as new
-    when that input is itself private. An add writes only where the operands already have the result's shape and
-    dtype (checked on each call: under autocast the static dtypes do not hold). With gradients on, every step
-    runs out of place: autograd may have saved the input for the backward pass.
+    earlier step whose layer returns a new tensor and is not observed (``observed[i]``: the layer runs through
+    ``nn.Module.__call__`` because a forward hook, a global module hook or ``compile()`` may see or replace its
+    output), read by this step alone, and not a graph output. A ReLU's output is new, or its input when a user
+    set ``inplace``; it counts as new when that input is itself private. An add writes only where the operands
+    already have the result's shape and dtype (checked on each call: under autocast the static dtypes do not
+    hold) and where :func:`sole_owner` finds, on that call, that nothing but the generated frame holds the tensor
+    or its memory (a patched ``torch.nn.functional`` that returns its input or a weight). With gradients on,
+    every step runs out of place: autograd may have saved the input for the backward pass.
     """
     readers = Counter(v for step in plan.steps for v in step.inputs)
     outputs = set(plan.output_ids)
@@ -166,7 +173,7 @@ def in_place_steps(plan: Plan, leaves: Sequence[Any], forms: Sequence[Any]) -> d
     found: dict[int, InPlace] = {}
     for i, (step, module, form) in enumerate(zip(plan.steps, leaves, forms)):
         kind = type(module)
-        if len(step.outputs) == 1 and module is not None:
+        if len(step.outputs) == 1 and module is not None and not observed[i]:
             fresh = _FRESH.get(kind) is kind.forward
             if kind is nn.ReLU and kind.forward is nn.ReLU.forward:
                 fresh = len(step.inputs) == 1 and is_private(step.inputs[0])
@@ -180,3 +187,50 @@ def in_place_steps(plan: Plan, leaves: Sequence[Any], forms: Sequence[Any]) -> d
                 found[i] = InPlace(operand, type(made_by), type(made_by).forward)
                 break
     return found
+
+
+# --- is a tensor held by nobody but the generated call? -------------------------------------------------------
+
+# The rule above is judged at install time from classes; a call can still break its premise without changing any
+# class: a patched ``torch.nn.functional`` function returning its input (then the "new" value is the caller's
+# tensor) or a weight, or returning a view or ``detach()`` of one, or keeping the result it returns. So the written
+# operand is also checked on the call itself, by two counts that need no knowledge of how it was made:
+# - Python references: a private value is held by the generated frame's local alone. The count that means
+#   "alone" is measured once here, through the same call shape the generated line uses (a function's local passed
+#   to a function that counts), so it follows the interpreter's own conventions for stack references.
+# - Storage users: another tensor on the same memory (a view, ``detach()``, ``.data``) is one more user of the
+#   storage than a tensor that owns its memory alone, measured the same way.
+# Either count above its "alone" value means someone else can see the tensor: the add then runs out of place.
+
+
+def _references(t: Any) -> int:
+    return sys.getrefcount(t)
+
+
+_use_count: Any = getattr(torch._C, "_storage_Use_Count", None)
+
+
+def _storage_users(t: Any) -> int:
+    return int(_use_count(t.untyped_storage()._cdata))
+
+
+def _alone_counts() -> tuple[int, int] | None:
+    if _use_count is None:  # a torch without the storage count: never write in place
+        return None
+    t = torch.empty(1)  # a local, as a value is in the generated call
+    return _references(t), _storage_users(t)
+
+
+_ALONE = _alone_counts()
+
+
+def sole_owner(t: Any) -> bool:
+    """Whether ``t`` (a local of the generated call) is held by that frame alone: no other Python reference to it,
+    and no other tensor on its memory. Anything unusual (a tensor subclass without a plain storage) answers
+    False, which only means out of place."""
+    if _ALONE is None or sys.getrefcount(t) != _ALONE[0]:
+        return False
+    try:
+        return _storage_users(t) == _ALONE[1]
+    except Exception:
+        return False

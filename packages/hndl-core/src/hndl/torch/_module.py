@@ -36,7 +36,7 @@ from ._guards import (
     signature_guard,
     take_record,
 )
-from ._inline import Inline, in_place_steps, inline_for
+from ._inline import Inline, in_place_steps, inline_for, sole_owner
 from ._state import BuildState, walk_modules
 from ._symbolic import SymbolicCheck, proven_for_all_bindings
 from ._validate import check_inputs, check_state, layer_failure, parameter_dtype, run_checked
@@ -97,11 +97,16 @@ class GraphModule(nn.Module):
     reordered, a submodule replaced, even by one whose ``__eq__`` lies), a whole store dict replaced, a hook
     added to a node's module or globally, a module's ``__class__`` swapped, an attribute added to a node's
     layer (``forward`` assigned, ``Module.compile()``), and a registered tensor whose shape or dtype changed in
-    place. A change that breaks the build raises ``E_RUNTIME`` naming the node and the change; putting the
+    place (read through ``torch.Tensor``'s own ``size`` and ``dtype``, so a subclass's lying ``shape`` property
+    is not believed). A change that breaks the build raises ``E_RUNTIME`` naming the node and the change; putting the
     original back makes the next call validate and pass. ``train()``/``eval()`` do not revalidate.
 
     Converting one layer on its own (``model.nodes.n_hidden.half()``) changes its tensors' dtypes in place:
     ``E_RUNTIME`` on the next call; convert the whole model.
+
+    With no gradient recorded, a residual ``add`` may write into an input that nobody else can observe (made new
+    by an unhooked layer, read once, held by the call alone on that call: SPEC 11.1); a kept hook output, the
+    caller's tensors and registered tensors are never written.
 
     **Not detected** (the fast path keeps running): a same-shape, same-dtype tensor swapped in under its
     registered name (what ``torch.func.functional_call`` does; it stays on the fast path and is not kept
@@ -258,7 +263,7 @@ class GraphModule(nn.Module):
             if current.verified != verified:
                 self.__dict__["_runtime"] = dataclasses.replace(current, verified=verified)
             return
-        in_place = in_place_steps(self._plan, leaves, forms)
+        in_place = in_place_steps(self._plan, leaves, forms, hooked)
         compiled = compile_graph(self._plan, forms, in_place, stores.terms, signature, self.graph.name)
         namespace = dict(stores.namespace)
         namespace.update(
@@ -280,6 +285,7 @@ class GraphModule(nn.Module):
             namespace[f"q{i}"], namespace[f"g{i}"] = step.producer, step.producer_forward
         namespace["F"] = _functional
         namespace["grad_enabled"] = torch.is_grad_enabled
+        namespace["alone"] = sole_owner
         execute = make_function(compiled.execute, namespace)
         unchecked = current.unchecked if current is not None and current.compiled is compiled else None
         if unchecked is None:

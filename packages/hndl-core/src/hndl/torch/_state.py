@@ -17,6 +17,23 @@ from torch import nn
 from .._plan import Plan
 from ..naming import dtype_name
 
+# A registered tensor's size and dtype are read as torch's kernels see them, through torch.Tensor's own
+# descriptors: a subclass that overrides the Python ``shape`` or ``dtype`` property cannot make a tensor of
+# another size pass for the built one (SPEC 11.2). A ``__torch_function__`` subclass answers ``size()`` itself,
+# as it does for every torch function; that is trusted.
+true_size: Any = torch.Tensor.size
+true_dtype: Any = torch.Tensor.dtype.__get__  # type: ignore[attr-defined]
+
+
+def tensor_shape(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(true_size(t))
+
+
+def tensor_dtype(t: torch.Tensor) -> torch.dtype:
+    dtype: torch.dtype = true_dtype(t)
+    return dtype
+
+
 __all__ = ["BuildState", "ModuleSlot", "TensorSlot", "walk_modules"]
 
 
@@ -180,21 +197,21 @@ class BuildState:
             elif not isinstance(value, torch.Tensor):
                 if value is not None:
                     changes.append((slot.node, slot.op, f"{kind} '{full}' is a {type(value).__name__}, not a tensor"))
-            elif tuple(value.shape) != slot.shape:
+            elif tensor_shape(value) != slot.shape:
                 changes.append(
                     (
                         slot.node,
                         slot.op,
-                        f"{kind} '{full}' has shape {list(value.shape)}, the build made {list(slot.shape or ())}",
+                        f"{kind} '{full}' has shape {list(tensor_shape(value))}, the build made {list(slot.shape or ())}",
                     )
                 )
-            elif slot.dtype is not None and value.dtype != slot.dtype:
+            elif slot.dtype is not None and tensor_dtype(value) != slot.dtype:
                 changes.append(
                     (
                         slot.node,
                         slot.op,
-                        f"{kind} '{full}' has dtype {dtype_name(value.dtype)}, the build made {dtype_name(slot.dtype)}"
-                        " (convert the whole model, not one tensor or layer)",
+                        f"{kind} '{full}' has dtype {dtype_name(tensor_dtype(value))}, the build made "
+                        f"{dtype_name(slot.dtype)} (convert the whole model, not one tensor or layer)",
                     )
                 )
         if transformed:
