@@ -484,7 +484,9 @@ def load_state_dict(
         return _report(plan, fills, into)
 
 
-def convert_state_dict(model: GraphModule, source: Any, rules: Any = (), strict: bool = True) -> dict[str, torch.Tensor]:
+def convert_state_dict(
+    model: GraphModule, source: Any, rules: Any = (), strict: bool = True
+) -> dict[str, torch.Tensor]:
     """See :func:`hndl.weights.convert_state_dict`."""
     plan, problems, into = _plan(model, source, rules, strict, None)
     with plan.checkpoint:

@@ -173,7 +173,9 @@ class Rule:
                 return RuleMatch(
                     self,
                     tuple(s.fill(values) for s in self._sources),
-                    tuple((t.fill(values), target.layout) for t, target in zip(self._targets, self.targets, strict=True)),
+                    tuple(
+                        (t.fill(values), target.layout) for t, target in zip(self._targets, self.targets, strict=True)
+                    ),
                 )
         return None
 
