@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 import zipfile
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
@@ -285,7 +286,13 @@ def _add_torch(checkpoint: Checkpoint, path: Path) -> None:
     # bytes when it is touched. The legacy format cannot be mapped and is read whole.
     mmap = zipfile.is_zipfile(where)
     try:
-        loaded = torch.load(where, map_location="cpu", weights_only=True, mmap=mmap)
+        # torch warns about what it meets in a file it then fails to read; the error says it better, so its
+        # warnings are passed on only when the file reads.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loaded = torch.load(where, map_location="cpu", weights_only=True, mmap=mmap)
+        for warning in caught:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     except Exception as exc:  # UnpicklingError (refused code), RuntimeError (not a torch file), OSError
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise _error(
