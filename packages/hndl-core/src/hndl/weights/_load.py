@@ -87,11 +87,14 @@ def _match(rules: Sequence[Rule], key: str) -> RuleMatch:
 
 def _candidates(rules: Sequence[Rule], name: str) -> list[str]:
     """The checkpoint keys that would fill model key ``name`` (each rule's, first rule first; the name itself when
-    no rule names one). A joined rule is named by its first source."""
+    no rule names one). A joined rule is named by its first source. A key is offered only when the rules, run
+    forward, would really take it to ``name`` (a broad rule earlier in the list may catch it first)."""
     out: list[str] = []
     for r in rules:
         sources = r.backward(name)
-        if sources is not None and sources[0] not in out:
+        if sources is None or sources[0] in out:
+            continue
+        if any(target == name for target, _ in _match(rules, sources[0]).targets):
             out.append(sources[0])
     return out or [name]
 

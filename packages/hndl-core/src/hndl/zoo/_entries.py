@@ -88,8 +88,10 @@ def _gpt2_rules() -> tuple[Rule, ...]:
             # Older transformers releases keep the causal mask as buffers; hndl's attention computes it.
             rule(f"{ref}.attn.bias"),
             rule(f"{ref}.attn.masked_bias"),
-            rule(f"{ref}.mlp.{{layer}}.weight", (f"{hndl}.n_{{layer}}.weight", t)),
-            rule(f"{ref}.mlp.{{layer}}.bias", f"{hndl}.n_{{layer}}.bias"),
+            rule(f"{ref}.mlp.c_fc.weight", (f"{hndl}.n_c_fc.weight", t)),
+            rule(f"{ref}.mlp.c_fc.bias", f"{hndl}.n_c_fc.bias"),
+            rule(f"{ref}.mlp.c_proj.weight", (f"{hndl}.n_c_proj.weight", t)),
+            rule(f"{ref}.mlp.c_proj.bias", f"{hndl}.n_c_proj.bias"),
             rule(f"{ref}.{{layer}}.{{t}}", f"{hndl}.n_{{layer}}.{{t}}"),
             rule(f"{prefix}{{layer}}.{{t}}", "nodes.n_{layer}.{t}"),
         ]
