@@ -536,6 +536,20 @@ def test_a_value_that_is_not_a_tensor_and_a_key_that_is_not_a_string_are_refused
     assert err.problems[0].message == "the state_dict has a key that is not a string: 3"
 
 
+def test_sparse_and_empty_keys_are_refused_before_copying():
+    model = mlp()
+    state = random_like(model)
+    state["nodes.n_out.weight"] = state["nodes.n_out.weight"].to_sparse()
+    state[""] = torch.zeros(1)
+    err = refused(model, state)
+    assert [p.message for p in err.problems] == [
+        "checkpoint key 'nodes.n_out.weight' holds a torch.sparse_coo tensor, which cannot be copied into a model's "
+        "dense tensor (make it dense first)",
+        "checkpoint key '' has no place in graph 'mlp'",
+    ]
+    assert err.problems[0].node == "out"
+
+
 def test_malformed_rules_are_e_params_naming_the_rule():
     model, state = mlp(), random_like(mlp())
     err = refused(

@@ -282,3 +282,47 @@ def test_a_failed_load_from_a_file_leaves_the_model_and_the_file_as_they_were(tm
     data = (tmp_path / "w.safetensors").read_bytes()
     refused(tmp_path / "w.safetensors")
     assert (tmp_path / "w.safetensors").read_bytes() == data
+
+
+# --- reading lazily --------------------------------------------------------------------------------------------
+
+
+def test_values_are_read_once_each_and_only_after_everything_is_checked(tmp_path, monkeypatch):
+    from hndl.weights import _sources
+
+    reads: list[str] = []
+    real = _sources._read_safetensors
+    monkeypatch.setattr(_sources, "_read_safetensors", lambda h, key, where: reads.append(key) or real(h, key, where))
+    state = weights()
+    write_shards(tmp_path, state, "safetensors")
+    hndl.load_state_dict(mlp(), tmp_path)
+    assert sorted(reads) == sorted(state)  # one read per tensor
+    reads.clear()
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    write_shards(bad, {**state, "nodes.n_out.bias": torch.zeros(7)}, "safetensors")
+    refused(bad)
+    assert reads == []  # a refused load read shapes and dtypes only
+
+
+def test_zip_format_torch_files_are_memory_mapped(tmp_path, monkeypatch):
+    calls = []
+    real = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: calls.append(k) or real(*a, **k))
+    write_shards(tmp_path, weights(), "bin")
+    hndl.load_state_dict(mlp(), tmp_path)
+    assert len(calls) == 4
+    assert all(k["weights_only"] is True and k["mmap"] is True for k in calls)
+
+
+@pytest.mark.parametrize("name", ["model.safetensors.index.json", "config.json"])
+def test_an_index_or_config_too_large_to_be_one_is_refused_unread(tmp_path, name):
+    with open(tmp_path / name, "wb") as f:
+        f.truncate(80 * 1024 * 1024)  # sparse: nothing is written
+    if name == "config.json":
+        with pytest.raises(hndl.HndlError) as info:
+            hndl.zoo.from_pretrained(tmp_path)
+        assert info.value.problems[0].message.endswith("is larger than 16777216 bytes: not a model configuration")
+    else:
+        err = refused(tmp_path)
+        assert err.problems[0].message.endswith("is larger than 67108864 bytes: not a checkpoint index")

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 import hndl
-import hndl.zoo
 import hndl.weights
+import hndl.zoo
 
 
 def require(module: str) -> Any:

@@ -183,10 +183,7 @@ def test_every_missing_unexpected_and_misshaped_key_is_reported_at_once_and_noth
         in messages
     )
     missing = next(p for p in err.problems if p.actual == "missing")
-    assert (
-        missing.message
-        == "'nodes.n_fc.weight' has no tensor in the checkpoint: expected checkpoint key 'fc.weight'"
-    )
+    assert missing.message == "'nodes.n_fc.weight' has no tensor in the checkpoint: expected checkpoint key 'fc.weight'"
     assert missing.node == "fc"
     assert missing.op == "linear"
     assert missing.hint == "did you mean 'fc.wieght'?"

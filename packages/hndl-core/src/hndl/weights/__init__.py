@@ -28,8 +28,8 @@ from ._layouts import Rows as Rows
 from ._layouts import Same as Same
 from ._layouts import Transpose as Transpose
 from ._layouts import as_layout as as_layout
-from ._report import LoadReport as LoadReport
 from ._report import Loaded as Loaded
+from ._report import LoadReport as LoadReport
 from ._rules import Rule as Rule
 from ._rules import RuleMatch as RuleMatch
 from ._rules import Target as Target

@@ -11,6 +11,7 @@ Nothing here imports torch at module level: key maps are declared where torch is
 
 from __future__ import annotations
 
+import itertools
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -119,11 +120,9 @@ class Rows(Layout):
         thirds; ``split(32, 8, 8)``: grouped-query attention's q, k, v with 32 query and 8 key/value heads)."""
         if not sizes or any(not isinstance(s, int) or s <= 0 for s in sizes):
             raise ValueError(f"split sizes must be positive integers, got {list(sizes)}")
-        total, edges, run = sum(sizes), [0], 0
-        for size in sizes:
-            run += size
-            edges.append(run)
-        return tuple(cls(Fraction(a, total), Fraction(b, total), dim) for a, b in zip(edges, edges[1:], strict=False))
+        total = sum(sizes)
+        edges = (0, *itertools.accumulate(sizes))
+        return tuple(cls(Fraction(a, total), Fraction(b, total), dim) for a, b in itertools.pairwise(edges))
 
     def span(self, total: int) -> tuple[int, int]:
         """The row range this part takes of ``total`` rows.
@@ -197,8 +196,8 @@ class Chain(Layout):
             raise ValueError("only the first layout of a chain may take several tensors")
         object.__setattr__(self, "layouts", parsed)
 
-    @property  # type: ignore[misc]  # an instance property where the base class has a class attribute
-    def inputs(self) -> int | None:  # type: ignore[override]
+    @property
+    def inputs(self) -> int | None:  # type: ignore[override]  # a property where the base has a class attribute
         return self.layouts[0].inputs
 
     def expected_shape(self, *shapes: Shape) -> Shape:

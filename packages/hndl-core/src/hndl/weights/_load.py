@@ -23,7 +23,7 @@ from .._errors import HndlError, Problem
 from ..naming import dtype_name, excerpt, suggestion
 from ..torch import GraphModule
 from ._layouts import Layout, Same, shapes_text
-from ._report import LoadReport, Loaded
+from ._report import Loaded, LoadReport
 from ._rules import Rule, RuleMatch, Target, as_rules
 from ._sources import Checkpoint, open_checkpoint
 
@@ -80,9 +80,7 @@ def _match(rules: Sequence[Rule], key: str) -> RuleMatch:
         found = r.forward(key)
         if found is not None:
             return found
-    found = _KEEP_NAME.forward(key)
-    assert found is not None  # {key*} matches every non-empty key
-    return found
+    return RuleMatch(_KEEP_NAME, (key,), ((key, Same()),))
 
 
 def _candidates(rules: Sequence[Rule], name: str) -> list[str]:
@@ -200,8 +198,8 @@ def _plan_keys(
             continue
         outside = [t for t, _ in m.targets if t not in slots]
         if outside:
-            renamed = m.rule is not _KEEP_NAME
-            unplaced.extend((s, outside[0] if renamed else None) for s in m.sources)
+            by_rule = m.rule is not _KEEP_NAME
+            unplaced.extend((s, outside[0] if by_rule else None) for s in m.sources)
             continue
         fill = _Fill(m)
         for target, _ in m.targets:
@@ -284,12 +282,14 @@ def _check_fill(fill: _Fill, entries: dict[str, Any], slots: dict[str, _Slot]) -
     problems: list[Problem] = []
     sources = [entries[s] for s in m.sources]
     for key, entry in zip(m.sources, sources, strict=True):
-        if entry.dtype is None:
+        if entry.refusal is not None:
             problems.append(
                 Problem(
                     "E_PARAMS",
-                    f"checkpoint key {key!r} holds {entry.kind}, not a tensor",
-                    expected="torch.Tensor",
+                    f"checkpoint key {key!r} {entry.refusal}",
+                    node=slots[m.targets[0][0]].node,
+                    op=slots[m.targets[0][0]].op,
+                    expected="a dense torch.Tensor",
                     actual=entry.kind,
                 )
             )

@@ -215,8 +215,7 @@ def rule(sources: str | Sequence[str], *targets: TargetSpec) -> Rule:
     """Shorthand for :class:`Rule`: ``rule("fc.{t}", "nodes.n_fc.{t}")``; a target ``(template, layout)`` gives
     its layout (``("nodes.n_lin.weight", "transpose")``); no target drops the key; a tuple of sources is joined.
     """
-    sources = sources if isinstance(sources, str) else tuple(sources)
-    return Rule(sources, tuple(_target(t) for t in targets))
+    return Rule((sources,) if isinstance(sources, str) else tuple(sources), tuple(_target(t) for t in targets))
 
 
 def _from_pair(source: Any, target: Any) -> Rule:

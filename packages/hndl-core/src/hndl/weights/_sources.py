@@ -14,6 +14,7 @@ Everything that makes a path unreadable is ``E_PARAMS`` naming the file; nothing
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import warnings
@@ -27,7 +28,7 @@ from typing import Any
 import torch
 
 from .._errors import HndlError, Problem
-from ..naming import excerpt, printable
+from ..naming import dtype_name, excerpt, printable
 
 __all__ = ["Checkpoint", "Entry", "open_checkpoint"]
 
@@ -64,14 +65,16 @@ _SAFETENSORS_DTYPES = {
 
 @dataclass(frozen=True)
 class Entry:
-    """One checkpoint key: its shape and dtype (``None`` for a value that is not a tensor), the file that holds
-    it (``None`` for a mapping) and how to read its value."""
+    """One checkpoint key: its shape and dtype, the file that holds it (``None`` for a mapping), how to read its
+    value, and why it cannot be loaded when it cannot (not a tensor; a sparse or quantized tensor, which
+    ``copy_`` into a dense tensor refuses): then ``dtype`` is ``None``."""
 
     shape: tuple[int, ...]
     dtype: torch.dtype | None
     file: str | None
     read: Callable[[], Any]
-    kind: str = "tensor"  # for a value that is not a tensor: its type's name
+    refusal: str | None = None
+    kind: str = "tensor"  # what the value is, for messages
 
 
 class Checkpoint:
@@ -163,11 +166,21 @@ def _from_mapping(source: Mapping[Any, Any], name: str) -> Checkpoint:
                     actual=type(key).__name__,
                 )
             )
-        if isinstance(value, torch.Tensor):
-            checkpoint.entries[key] = Entry(tuple(value.shape), value.dtype, None, lambda v=value: v)
+        if not isinstance(value, torch.Tensor):
+            kind = type(value).__name__
+            checkpoint.entries[key] = Entry((), None, None, _constant(value), f"holds {kind}, not a tensor", kind)
+        elif value.layout != torch.strided or value.is_quantized:
+            kind = f"a quantized {dtype_name(value.dtype)} tensor" if value.is_quantized else f"a {value.layout} tensor"
+            refusal = f"holds {kind}, which cannot be copied into a model's dense tensor"
+            hint = "dequantize it" if value.is_quantized else "make it dense"
+            checkpoint.entries[key] = Entry((), None, None, _constant(value), f"{refusal} ({hint} first)", kind)
         else:
-            checkpoint.entries[key] = Entry((), None, None, lambda v=value: v, type(value).__name__)
+            checkpoint.entries[key] = Entry(tuple(value.shape), value.dtype, None, _constant(value))
     return checkpoint
+
+
+def _constant(value: Any) -> Callable[[], Any]:
+    return lambda: value
 
 
 def _from_folder(folder: Path) -> Checkpoint:
@@ -269,7 +282,7 @@ def _add_safetensors(checkpoint: Checkpoint, path: Path, stack: ExitStack) -> No
         dtype = getattr(torch, _SAFETENSORS_DTYPES.get(code, ""), None)
         if not isinstance(dtype, torch.dtype):
             raise _error(where, f"holds {key!r} in dtype {code}, which this torch cannot read")
-        checkpoint.entries[key] = Entry(shape, dtype, where, lambda k=key: _read_safetensors(handle, k, where))
+        checkpoint.entries[key] = Entry(shape, dtype, where, functools.partial(_read_safetensors, handle, key, where))
 
 
 def _read_safetensors(handle: Any, key: str, where: str) -> torch.Tensor:
@@ -313,4 +326,4 @@ def _add_torch(checkpoint: Checkpoint, path: Path) -> None:
         )
     part = _from_mapping(loaded, f"'{printable(where)}'")
     for key, entry in part.entries.items():
-        checkpoint.entries[key] = Entry(entry.shape, entry.dtype, where, entry.read, entry.kind)
+        checkpoint.entries[key] = Entry(entry.shape, entry.dtype, where, entry.read, entry.refusal, entry.kind)
