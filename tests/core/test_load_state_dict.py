@@ -475,6 +475,19 @@ def test_a_checkpoint_key_read_by_two_rules_is_refused():
     )
 
 
+def test_a_joined_rule_with_a_part_missing_leaves_its_target_missing_when_not_strict():
+    model = qkv_model(fused=True)
+    before = snapshot(model)
+    parts = {"q.weight": torch.randn(4, 4), "k.weight": torch.randn(4, 4), "nodes.n_qkv.bias": torch.randn(12)}
+    report = hndl.load_state_dict(
+        model, parts, [rule(("q.{t}", "k.{t}", "v.{t}"), ("nodes.n_qkv.{t}", "concat"))], strict=False
+    )
+    assert report.missing_keys == ("nodes.n_qkv.weight",)
+    assert report.unexpected_keys == ("q.weight", "k.weight")
+    assert torch.equal(model.nodes.n_qkv.weight, before["nodes.n_qkv.weight"])
+    assert torch.equal(model.nodes.n_qkv.bias, parts["nodes.n_qkv.bias"])
+
+
 def test_a_joined_rule_with_a_part_missing_is_refused():
     model = qkv_model(fused=True)
     parts = {"q.weight": torch.randn(4, 4), "k.weight": torch.randn(4, 4), "nodes.n_qkv.bias": torch.randn(12)}
