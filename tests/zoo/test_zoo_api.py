@@ -9,7 +9,7 @@ import pytest
 
 import hndl
 import hndl.zoo
-from hndl.zoo._weights import Slot, Target, convert_state_dict, rule
+from hndl.weights import Rows, Transpose, rule
 
 ENTRIES = [
     "resnet18",
@@ -126,31 +126,26 @@ def test_spec_files_are_in_a_regular_wheel(tmp_path):
 
 def test_a_rule_maps_both_ways_and_fields_carry_over():
     r = rule("layer{s}.{b}.{layer}.{t}", "nodes.n_layer{s}.{b}.n_{layer}.{t}")
-    assert r.forward("layer2.1.conv1.weight") == [
-        ("nodes.n_layer2.1.n_conv1.weight", Target("nodes.n_layer{s}.{b}.n_{layer}.{t}"))
-    ]
+    match = r.forward("layer2.1.conv1.weight")
+    assert [(key, str(layout)) for key, layout in match.targets] == [("nodes.n_layer2.1.n_conv1.weight", "same")]
     assert r.forward("layer2.conv1.weight") is None
-    assert r.backward("nodes.n_layer2.1.n_conv1.weight")[0] == "layer2.1.conv1.weight"
+    assert r.backward("nodes.n_layer2.1.n_conv1.weight") == ("layer2.1.conv1.weight",)
 
 
-def test_layouts_transpose_and_split_rows():
-    torch = pytest.importorskip("torch")
-    fused = torch.arange(12.0).reshape(6, 2)
-    rules = [
-        rule("attn.in_proj_weight", ("q.weight", "rows 0/3..1/3"), ("kv.weight", "rows 1/3..3/3")),
-        rule("fc.weight", ("lin.weight", "transpose")),
-    ]
-    slots = {"q.weight": Slot((2, 2)), "kv.weight": Slot((4, 2)), "lin.weight": Slot((3, 2))}
-    out, problems = convert_state_dict(rules, {"attn.in_proj_weight": fused, "fc.weight": torch.ones(2, 3)}, slots, "x")
-    assert problems == []
-    assert torch.equal(out["q.weight"], fused[:2])
-    assert torch.equal(out["kv.weight"], fused[2:])
-    assert out["lin.weight"].shape == (3, 2)
+def test_the_zoo_key_maps_are_the_public_loaders_rules():
+    import hndl.weights
+
+    assert hndl.zoo.Rule is hndl.weights.Rule
+    assert all(isinstance(r, hndl.weights.Rule) for name in ENTRIES for r in hndl.zoo.entry(name).rules)
+    (cross,) = [r for r in hndl.zoo.entry("seq2seq_transformer").rules if "multihead_attn.in_proj" in r.sources[0]]
+    assert [t.layout for t in cross.targets] == [Rows(0, "1/3"), Rows("1/3", 1)]
+    (c_attn,) = [r for r in hndl.zoo.entry("gpt2").rules if r.sources == ("h.{i}.attn.c_attn.weight",)]
+    assert c_attn.targets[0].layout == Transpose()
 
 
 def test_an_unknown_layout_is_refused_when_the_map_is_written():
     with pytest.raises(ValueError, match="unknown layout 'flip'"):
-        Target("x", "flip")
+        rule("x", ("y", "flip"))
 
 
 # --- loading reference weights ------------------------------------------------------------------------------
@@ -178,20 +173,17 @@ def test_every_missing_unexpected_and_misshaped_key_is_reported_at_once_and_noth
     err = info.value
     assert all(p.code == "E_PARAMS" for p in err.problems)
     messages = [p.message for p in err.problems]
-    assert "reference key 'fc.wieght' has no place in zoo:lstm_classifier" in messages
-    assert err.problems[messages.index("reference key 'fc.wieght' has no place in zoo:lstm_classifier")].hint == (
+    assert "checkpoint key 'fc.wieght' has no place in zoo:lstm_classifier" in messages
+    assert err.problems[messages.index("checkpoint key 'fc.wieght' has no place in zoo:lstm_classifier")].hint == (
         "did you mean 'fc.weight'?"
     )
-    assert "reference key 'extra.bias' has no place in zoo:lstm_classifier" in messages
+    assert "checkpoint key 'extra.bias' has no place in zoo:lstm_classifier" in messages
     assert (
-        "reference key 'embedding.weight' has shape [10, 128]; 'nodes.n_embedding.weight' needs [10000, 128]"
+        "checkpoint key 'embedding.weight' has shape [10, 128]; 'nodes.n_embedding.weight' needs [10000, 128]"
         in messages
     )
     missing = next(p for p in err.problems if p.actual == "missing")
-    assert (
-        missing.message
-        == "'nodes.n_fc.weight' has no tensor in the reference state_dict: expected reference key 'fc.weight'"
-    )
+    assert missing.message == "'nodes.n_fc.weight' has no tensor in the checkpoint: expected checkpoint key 'fc.weight'"
     assert missing.node == "fc"
     assert missing.op == "linear"
     assert missing.hint == "did you mean 'fc.wieght'?"
@@ -217,7 +209,7 @@ def test_a_value_that_is_not_a_tensor_is_e_params():
     state["fc.bias"] = [0.0, 0.0]
     with pytest.raises(hndl.HndlError) as info:
         hndl.zoo.load_reference_state_dict(model, "zoo:lstm_classifier", state)
-    assert info.value.problems[0].message == "reference key 'fc.bias' holds list, not a tensor"
+    assert info.value.problems[0].message == "checkpoint key 'fc.bias' holds list, not a tensor"
 
 
 def test_loading_the_reference_loads_every_tensor():

@@ -48,6 +48,7 @@ from ._summary import SummaryRow as SummaryRow
 
 if TYPE_CHECKING:
     from .torch import GraphModule
+    from .weights import LoadReport
 
 __version__ = "0.1.0"
 
@@ -80,6 +81,7 @@ __all__ = [
     "flow_yaml",
     "load",
     "load_model",
+    "load_state_dict",
     "loads",
     "op",
     "registry",
@@ -124,6 +126,19 @@ def load_model(path: str | os.PathLike[str]) -> GraphModule:
     return load_file(path)
 
 
+def load_state_dict(model: GraphModule, source: Any, rules: Any = (), strict: bool = True) -> LoadReport:
+    """Load weights from ``source`` (a mapping, a ``.safetensors``/``.bin``/``.pt`` file, a sharded checkpoint
+    folder) into a built ``model``, keys renamed and layouts converted by ``rules``; all of it or nothing. Returns
+    a :class:`hndl.weights.LoadReport` of what went where. See :func:`hndl.weights.load_state_dict`.
+
+    Raises:
+        HndlError: E_PARAMS naming every key, shape and dtype that does not fit, before anything is copied.
+    """
+    from .weights import load_state_dict as load
+
+    return load(model, source, rules, strict)
+
+
 def summary(source: Graph | GraphModule, *, depth: int | None = None, **dims: int) -> Summary:
     """The :class:`Summary` of a graph or a built model: one row per node (qualified name, op and layer class,
     the nodes feeding it, output shape, parameters, multiply-adds) and totals (trainable and non-trainable
@@ -166,7 +181,7 @@ def draw(
 
 def __getattr__(name: str) -> Any:
     # torch is imported only when a model is built: describing and checking graphs must not need it.
-    if name in ("torch", "func", "docs", "zoo"):
+    if name in ("torch", "func", "docs", "zoo", "weights"):
         import importlib
 
         try:

@@ -38,7 +38,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -51,8 +51,19 @@ from ._weights import load_reference_state_dict as _load_with_rules
 
 if TYPE_CHECKING:
     from ..torch import GraphModule
+    from ..weights import LoadReport
 
-__all__ = ["Entry", "Rule", "Target", "entry", "get", "load_reference_state_dict", "names", "spec_text"]
+__all__ = [
+    "Entry",
+    "Rule",
+    "Target",
+    "entry",
+    "from_pretrained",
+    "get",
+    "load_reference_state_dict",
+    "names",
+    "spec_text",
+]
 
 #: What names a zoo entry where a spec file is accepted: ``zoo:resnet18``.
 PREFIX = "zoo:"
@@ -131,17 +142,23 @@ def get(name: str, **overrides: Any) -> Graph:
     return graph
 
 
-def load_reference_state_dict(model: GraphModule, name: str, state_dict: Mapping[str, Any]) -> None:
-    """Load the reference implementation's ``state_dict`` into ``model``, a build of zoo entry ``name``.
+def load_reference_state_dict(model: GraphModule, name: str, state_dict: Any) -> LoadReport:
+    """Load the reference implementation's weights into ``model``, a build of zoo entry ``name``.
 
-    Keys are renamed and layouts converted by the entry's map (transformers' GPT-2 ``Conv1D`` weights are
-    transposed; ``torch.nn.MultiheadAttention``'s fused cross-attention projection is split). Everything is
-    checked before anything is copied, so a mismatch leaves the model as it was.
+    This is :func:`hndl.load_state_dict` with the entry's key map (``entry(name).rules``): keys are renamed and
+    layouts converted (transformers' GPT-2 ``Conv1D`` weights are transposed, and both ``GPT2LMHeadModel``'s
+    ``transformer.``-prefixed keys and the hub's unprefixed ``GPT2Model`` keys load;
+    ``torch.nn.MultiheadAttention``'s fused cross-attention projection is split). Everything is checked before
+    anything is copied, so a mismatch leaves the model as it was.
 
     Args:
         model: ``hndl.build(hndl.zoo.get(name, ...))``, built with the reference's configuration.
         name: the entry (``"resnet50"`` or ``"zoo:resnet50"``).
-        state_dict: the reference model's ``state_dict()`` (e.g. ``torchvision.models.resnet50(weights=...)``).
+        state_dict: the reference model's ``state_dict()`` (e.g. ``torchvision.models.resnet50(weights=...)``),
+            or anything :func:`hndl.load_state_dict` reads (a checkpoint file or folder).
+
+    Returns:
+        The :class:`hndl.weights.LoadReport`.
 
     Raises:
         HndlError: E_PARAMS listing every reference key with no place in the model (with the closest key the
@@ -150,4 +167,54 @@ def load_reference_state_dict(model: GraphModule, name: str, state_dict: Mapping
     """
     if isinstance(name, str) and name.startswith(PREFIX):
         name = name[len(PREFIX) :]
-    _load_with_rules(model, entry(name).rules, state_dict, name)
+    return _load_with_rules(model, entry(name).rules, state_dict, name)
+
+
+def from_pretrained(path: str | os.PathLike[str], **overrides: Any) -> GraphModule:
+    """A transformers-style folder (``config.json`` and its weights) as the matching zoo model, offline.
+
+    ``config.json``'s ``model_type`` picks the entry (``gpt2`` -> ``zoo:gpt2``); its fields give the entry's
+    parameters (``n_layer``, ``n_embd``, ... under GPT2Config's names); the model is built and the weights
+    (``model.safetensors``, ``pytorch_model.bin``, or either sharded with its ``*.index.json``) are loaded with
+    the hub key layout accepted, strictly. The model is returned in eval mode, as transformers returns it.
+
+    Args:
+        path: the folder, as ``save_pretrained`` writes it (or a downloaded hub snapshot).
+        **overrides: entry parameters to set instead of the config's (``dropout=0.0``).
+
+    Returns:
+        The built, loaded :class:`~hndl.torch.GraphModule`.
+
+    Raises:
+        HndlError: E_SPEC for a folder without a readable ``config.json`` or a ``model_type`` the zoo does not
+            reproduce (with a did-you-mean); E_PARAM for a config field the entry cannot reproduce (another
+            activation, an untied head, ...) and for an override the entry does not have; E_PARAMS from
+            :func:`hndl.load_state_dict` for weights that do not fit.
+    """
+    from pathlib import Path
+
+    from .. import build
+    from ._pretrained import PRETRAINED, read_config
+    from ._weights import load_reference_state_dict as load
+
+    folder = Path(os.fspath(path))
+    config, where = read_config(folder)
+    model_type = config["model_type"]
+    row = PRETRAINED.get(model_type)
+    if row is None:
+        raise HndlError(
+            Problem(
+                "E_SPEC",
+                f"the zoo reproduces no model_type {model_type!r}",
+                expected="one of " + ", ".join(PRETRAINED),
+                actual=repr(model_type),
+                location=where,
+                hint=suggestion(model_type, PRETRAINED),
+            )
+        )
+    graph = get(row.entry, **overrides)  # E_PARAM for an override the entry does not have
+    graph.params.update(row.configuration(config, overrides, where))
+    model = build(graph)
+    rules = row.rules if row.rules is not None else entry(row.entry).rules
+    load(model, rules, folder, row.entry)
+    return model.eval()

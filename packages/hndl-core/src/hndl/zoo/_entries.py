@@ -75,22 +75,27 @@ def _vit_timm_rules() -> tuple[Rule, ...]:
 
 def _gpt2_rules() -> tuple[Rule, ...]:
     # transformers' Conv1D stores its weight as [in, out], the transpose of torch.nn.Linear's [out, in].
-    ref, hndl = "transformer.h.{i}", "nodes.n_h.{i}"
-    t = "transpose"
-    return (
-        rule(f"{ref}.attn.c_attn.weight", (f"{hndl}.n_attn.qkv.weight", t)),
-        rule(f"{ref}.attn.c_attn.bias", f"{hndl}.n_attn.qkv.bias"),
-        rule(f"{ref}.attn.c_proj.weight", (f"{hndl}.n_attn.proj.weight", t)),
-        rule(f"{ref}.attn.c_proj.bias", f"{hndl}.n_attn.proj.bias"),
-        # Older transformers releases keep the causal mask as buffers; hndl's attention computes it.
-        rule(f"{ref}.attn.bias"),
-        rule(f"{ref}.attn.masked_bias"),
-        rule(f"{ref}.mlp.{{layer}}.weight", (f"{hndl}.n_{{layer}}.weight", t)),
-        rule(f"{ref}.mlp.{{layer}}.bias", f"{hndl}.n_{{layer}}.bias"),
-        rule(f"{ref}.{{layer}}.{{t}}", f"{hndl}.n_{{layer}}.{{t}}"),
-        rule("transformer.{layer}.{t}", "nodes.n_{layer}.{t}"),
-        rule("lm_head.weight", "nodes.n_lm_head.weight"),
-    )
+    # GPT2LMHeadModel's keys start with `transformer.`; GPT2Model's (and most hub checkpoints') do not: both load.
+    hndl, t = "nodes.n_h.{i}", "transpose"
+    rules: list[Rule] = []
+    for prefix in ("transformer.", ""):
+        ref = f"{prefix}h.{{i}}"
+        rules += [
+            rule(f"{ref}.attn.c_attn.weight", (f"{hndl}.n_attn.qkv.weight", t)),
+            rule(f"{ref}.attn.c_attn.bias", f"{hndl}.n_attn.qkv.bias"),
+            rule(f"{ref}.attn.c_proj.weight", (f"{hndl}.n_attn.proj.weight", t)),
+            rule(f"{ref}.attn.c_proj.bias", f"{hndl}.n_attn.proj.bias"),
+            # Older transformers releases keep the causal mask as buffers; hndl's attention computes it.
+            rule(f"{ref}.attn.bias"),
+            rule(f"{ref}.attn.masked_bias"),
+            rule(f"{ref}.mlp.c_fc.weight", (f"{hndl}.n_c_fc.weight", t)),
+            rule(f"{ref}.mlp.c_fc.bias", f"{hndl}.n_c_fc.bias"),
+            rule(f"{ref}.mlp.c_proj.weight", (f"{hndl}.n_c_proj.weight", t)),
+            rule(f"{ref}.mlp.c_proj.bias", f"{hndl}.n_c_proj.bias"),
+            rule(f"{ref}.{{layer}}.{{t}}", f"{hndl}.n_{{layer}}.{{t}}"),
+            rule(f"{prefix}{{layer}}.{{t}}", "nodes.n_{layer}.{t}"),
+        ]
+    return (rule("lm_head.weight", "nodes.n_lm_head.weight"), *rules)
 
 
 def _unet_rules() -> tuple[Rule, ...]:

@@ -1,0 +1,210 @@
+"""Transformers-style folders (``config.json`` + weights) as zoo models: one row per ``model_type``.
+
+A row says which zoo entry reproduces a transformers architecture, which of the entry's parameters come from
+which ``config.json`` field, the values the entry assumes for fields it has no parameter for (a config with
+another value would build a different model, so it is refused rather than loaded into the wrong one), and the
+key rules (by default the entry's own, which accept the hub's key layout). Adding an architecture is adding a row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._errors import HndlError, Problem
+from ..naming import excerpt, printable, suggestion
+
+__all__ = ["PRETRAINED", "Pretrained", "Requirement", "read_config"]
+
+# A config.json holds a few hundred settings; a larger file is not one.
+_MAX_CONFIG_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A config field the entry has no parameter for, and the values it reproduces.
+
+    Attributes:
+        key: the ``config.json`` field.
+        allowed: the values the entry reproduces (compared with ``==``); empty when ``same_as`` says instead.
+        same_as: another field this one must equal (GPT-2's three dropout rates, which the entry keeps as one).
+        unless: an entry parameter whose override settles the question (``dropout=0.1``), or None.
+        why: what a different value would change, for the message.
+    """
+
+    key: str
+    allowed: tuple[Any, ...] = ()
+    same_as: str | None = None
+    unless: str | None = None
+    why: str = ""
+
+    def reason(self, config: Mapping[str, Any], defaults: Mapping[str, Any]) -> tuple[str, str] | None:
+        """``(expected, actual)`` when ``config`` breaks the requirement, else None."""
+        value = config.get(self.key, defaults.get(self.key))
+        if self.same_as is not None:
+            other = config.get(self.same_as, defaults.get(self.same_as))
+            return None if value == other else (f"{other!r} (as {self.same_as})", repr(value))
+        if any(value == v and type(value) is type(v) for v in self.allowed):
+            return None
+        return " or ".join(repr(v) for v in self.allowed), repr(value)
+
+
+@dataclass(frozen=True)
+class Pretrained:
+    """One transformers architecture the zoo reproduces.
+
+    Attributes:
+        model_type: ``config.json``'s ``model_type`` (``"gpt2"``).
+        entry: the zoo entry built for it.
+        params: entry parameter -> the config field it is read from (or a function of the whole config).
+        defaults: config field -> its value when ``config.json`` leaves it out (the config class's default;
+            ``save_pretrained`` omits fields equal to transformers' base defaults).
+        requires: what the entry assumes of the fields it has no parameter for.
+        rules: the key rules; None: the entry's own (``hndl.zoo.entry(name).rules``).
+    """
+
+    model_type: str
+    entry: str
+    params: Mapping[str, str | Callable[[Mapping[str, Any]], Any]]
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    requires: tuple[Requirement, ...] = ()
+    rules: tuple[Any, ...] | None = None
+
+    def configuration(self, config: Mapping[str, Any], overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
+        """The entry's parameters for ``config``, ``overrides`` applied.
+
+        Raises:
+            HndlError: E_PARAM for each field the entry cannot reproduce or that is missing without a default.
+        """
+        merged = {**self.defaults, **config}
+        problems = []
+        values: dict[str, Any] = {}
+        for name, source in self.params.items():
+            if name in overrides:
+                continue
+            if callable(source):
+                values[name] = source(merged)
+            elif source in merged:
+                values[name] = merged[source]
+            else:
+                problems.append(
+                    Problem(
+                        "E_PARAM",
+                        f"config.json has no {source!r}, which gives zoo:{self.entry}'s {name!r}",
+                        expected=source,
+                        actual="missing",
+                        location=where,
+                        hint=suggestion(source, config),
+                    )
+                )
+        for req in self.requires:
+            if req.unless is not None and req.unless in overrides:
+                continue
+            broken = req.reason(config, self.defaults)
+            if broken is not None:
+                problems.append(
+                    Problem(
+                        "E_PARAM",
+                        f"config.json's {req.key!r} is {broken[1]}; zoo:{self.entry} reproduces {broken[0]}"
+                        + (f" ({req.why})" if req.why else ""),
+                        expected=broken[0],
+                        actual=broken[1],
+                        location=where,
+                        hint=f"pass {req.unless}=... to choose one" if req.unless else None,
+                    )
+                )
+        if problems:
+            raise HndlError(problems, title=f"{where} for zoo:{self.entry}")
+        values.update(overrides)
+        return values
+
+
+def read_config(folder: Path) -> tuple[dict[str, Any], str]:
+    """``folder/config.json`` as a dict, and its path for messages.
+
+    Raises:
+        HndlError: E_SPEC when the folder or the file cannot be read, or the file is not a JSON object with a
+            string ``model_type``.
+    """
+    path = folder / "config.json"
+    where = str(path)
+
+    def error(message: str, hint: str | None = None) -> HndlError:
+        return HndlError(Problem("E_SPEC", f"'{printable(where)}' {message}", location=where, hint=hint))
+
+    if not folder.is_dir():
+        raise HndlError(
+            Problem(
+                "E_SPEC",
+                f"'{printable(str(folder))}' is not a folder",
+                expected="a folder with config.json and the weights (what save_pretrained writes)",
+                actual=str(folder),
+                location=str(folder),
+            )
+        )
+    try:
+        if path.stat().st_size > _MAX_CONFIG_BYTES:
+            raise error(f"is larger than {_MAX_CONFIG_BYTES} bytes: not a model configuration")
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error("does not exist", hint="a transformers folder holds config.json beside its weights") from None
+    except OSError as exc:
+        raise error(f"cannot be read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise error(f"is not JSON: {exc}") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        got = excerpt(config.get("model_type")) if isinstance(config, dict) else type(config).__name__
+        raise error(f"has no model_type (got {got})", hint="config.json names its architecture in 'model_type'")
+    return config, where
+
+
+def _gpt2() -> Pretrained:
+    same = "GPT-2's tanh-approximated GELU"
+    return Pretrained(
+        "gpt2",
+        "gpt2",
+        params={
+            "vocab_size": "vocab_size",
+            "n_positions": "n_positions",
+            "n_embd": "n_embd",
+            "n_layer": "n_layer",
+            "n_head": "n_head",
+            "dropout": "resid_pdrop",
+        },
+        # GPT2Config's defaults, for configs that leave a field out.
+        defaults={
+            "vocab_size": 50257,
+            "n_positions": 1024,
+            "n_embd": 768,
+            "n_layer": 12,
+            "n_head": 12,
+            "n_inner": None,
+            "activation_function": "gelu_new",
+            "resid_pdrop": 0.1,
+            "embd_pdrop": 0.1,
+            "attn_pdrop": 0.1,
+            "layer_norm_epsilon": 1e-5,
+            "scale_attn_weights": True,
+            "scale_attn_by_inverse_layer_idx": False,
+            "add_cross_attention": False,
+            "tie_word_embeddings": True,
+        },
+        requires=(
+            Requirement("n_inner", (None,), why="the MLP is 4*n_embd wide"),
+            Requirement("activation_function", ("gelu_new", "gelu_pytorch_tanh"), why=same),
+            Requirement("layer_norm_epsilon", (1e-5,), why="layernorm's eps"),
+            Requirement("scale_attn_weights", (True,), why="attention scaled by 1/sqrt(head size)"),
+            Requirement("scale_attn_by_inverse_layer_idx", (False,), why="no per-layer scaling"),
+            Requirement("add_cross_attention", (False,), why="no cross-attention"),
+            Requirement("tie_word_embeddings", (True,), why="the head shares the token embedding"),
+            Requirement("embd_pdrop", same_as="resid_pdrop", unless="dropout", why="one dropout rate"),
+            Requirement("attn_pdrop", same_as="resid_pdrop", unless="dropout", why="one dropout rate"),
+        ),
+    )
+
+
+#: The architectures :func:`hndl.zoo.from_pretrained` reads, by ``model_type``.
+PRETRAINED: dict[str, Pretrained] = {row.model_type: row for row in (_gpt2(),)}
