@@ -130,6 +130,42 @@ def fsdp(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str, per_
     return result
 
 
+def twin(model: hndl.GraphModule) -> torch.nn.Module:
+    """The same MLP written by hand, with ``model``'s weights."""
+    plain = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3))
+    plain[0].load_state_dict(model.nodes.n_hidden.state_dict())
+    plain[2].load_state_dict(model.nodes.n_out.state_dict())
+    return plain
+
+
+def fsdp_mixed(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str) -> dict[str, Any]:
+    """FSDP2 with bf16 parameters and fp32 reductions (the usual LLM recipe), per layer and at the root, beside the
+    hand-written twin sharded the same way; then a real edit under FSDP is still caught."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    model = make_model()
+    plain = twin(model)
+    for layer in (model.nodes.n_hidden, model.nodes.n_out):
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    for layer in (plain[0], plain[2]):
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(plain, mp_policy=policy)
+    result: dict[str, Any] = {"losses": train(model, x, y, world), "twin_losses": train(plain, x, y, world)}
+    result["validations"] = model.validations
+    result["output_dtype"] = str(model(x).dtype)
+    result["wrong_width"] = wrong_width_code(model)
+    # A real edit is still a change: the output layer's bias removed behind FSDP's back.
+    del model.nodes.n_out._parameters["bias"]
+    try:
+        model(x)
+        result["edit"] = "no error"
+    except hndl.HndlError as exc:
+        result["edit"] = exc.problems[0].code + ": " + exc.problems[0].message
+    return result
+
+
 def main() -> None:
     scenario, rank, world, port, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     if scenario == "hang":  # stands in for a hung teardown: the test's timeout must turn it into a failure
@@ -143,6 +179,8 @@ def main() -> None:
     try:
         if scenario == "ddp":
             result = ddp(rank, world, x, y, out)
+        elif scenario == "fsdp_mixed":
+            result = fsdp_mixed(rank, world, x, y, out)
         else:
             result = fsdp(rank, world, x, y, out, per_node=scenario == "fsdp_per_node")
     except Exception as exc:

@@ -65,7 +65,7 @@ class _Runtime:
     # Whether the record was taken when the registered state was known to match the build (after a build, a
     # passed state check, or from such a record): while it then still matches, so does the state.
     verified: bool
-    model_dtype: torch.dtype | None  # parameter_dtype() of the recorded state
+    model_dtype: tuple[torch.dtype, ...] | None  # parameter_dtype() of the recorded state
     forms: tuple[str | Inline, ...]  # per step: how the fast path calls it (``_codegen.compile_graph``)
 
     @property
