@@ -75,13 +75,13 @@ def _all_nodes(checked: Any) -> Iterator[Any]:
             yield from _all_nodes(body)
 
 
-def _constraints(model: GraphModule, scalars: Sequence[str]) -> tuple[list[tuple[Poly, int]], set[str]]:
+def _constraints(model: GraphModule, scalars: Sequence[str]) -> tuple[list[tuple[Any, int]], set[str]]:
     """What the graph requires of its symbols for torch.export: every requirement a node's shape arithmetic
     imposes (``H >= 7``), and every symbolic dim of every input and value at least 2 (export specializes a dim
     of size 0 or 1, and a symbolic dim that may be 1 makes it guard on broadcasting); plus the symbols an op
     forces static (:data:`EXPORT_STATIC`)."""
     known = set(scalars)
-    found: list[tuple[Poly, int]] = []
+    found: list[tuple[Any, int]] = []
     static: set[str] = set()
 
     def symbolic(dim: Any) -> bool:
@@ -102,7 +102,7 @@ def _constraints(model: GraphModule, scalars: Sequence[str]) -> tuple[list[tuple
     return found, static
 
 
-def _smallest(dim: Poly, minimum: int, symbol: str, values: dict[str, int]) -> int | None:
+def _smallest(dim: Any, minimum: int, symbol: str, values: dict[str, int]) -> int | None:
     """The smallest size of ``symbol`` (from its current value up) for which ``dim >= minimum``, the others as
     in ``values``; None when none up to the search cap is. Sizes grow every dim, so a doubling search then a
     bisection finds it."""

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["cast_dtypes"]
+__all__ = ["cast_dtypes", "reshard_after_failure"]
 
 
 def _fsdp_module_class() -> type | None:
@@ -53,3 +53,30 @@ def cast_dtypes(root: nn.Module) -> dict[int, torch.dtype]:
             found[id(module)] = dtype
         stack.extend((child, dtype) for child in module._modules.values() if child is not None)
     return found
+
+
+def reshard_after_failure(root: nn.Module) -> None:
+    """Put back the sharded parameters of the FSDP2 units of ``root``'s tree after a call that raised.
+
+    A unit's pre-forward hook registers the gathered (unsharded) parameters, and only its post-forward hook, which
+    a raising forward never reaches, puts the sharded ones back: after an ``E_INPUT`` the model's ``parameters()``
+    would be the gathered copies, and an optimizer or ``get_state_dict`` made then would hold the wrong tensors.
+    hndl promises that an error leaves the model as it was, so it does what FSDP documents for an exception
+    (``reset_iter_state()`` on the root unit, torch 2.13 and later; before that, each unit's ``reshard()``). When
+    the FSDP root is a module above the GraphModule, hndl cannot reach it: call its ``reset_iter_state()``."""
+    fsdp_module = _fsdp_module_class()
+    if fsdp_module is None:
+        return
+    for module in root.modules():
+        if not isinstance(module, fsdp_module):
+            continue
+        unit: Any = module
+        try:
+            state = unit._get_fsdp_state()
+            if hasattr(unit, "reset_iter_state"):
+                if getattr(state, "_is_root", False):
+                    unit.reset_iter_state()
+            else:
+                unit.reshard()
+        except Exception:  # a unit FSDP never initialised (the call failed before its lazy init)
+            pass

@@ -398,6 +398,8 @@ def run_checked(
             result = module(*ins)
         except OutputIndexError as exc:  # op module's 'output' selects a value the module does not return
             raise HndlError(node.problem("E_CONTRACT", str(exc), expected="'output' within the result")) from exc
+        except HndlError:  # from inside a called block: it names its own layer
+            raise
         except Exception as exc:
             raise layer_failure(node, ins, exc) from exc
         count = len(step.outputs)
