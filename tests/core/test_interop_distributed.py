@@ -104,6 +104,40 @@ def test_fsdp2_fully_shard_root_only(tmp_path):
     check_training(spawn("fsdp_root", tmp_path))
 
 
+def test_fsdp2_bf16_mixed_precision_trains_like_the_hand_written_model_under_the_same_policy(tmp_path):
+    # The usual LLM recipe: MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32). FSDP registers the
+    # unsharded parameters in bf16 while a unit runs and casts its inputs: not a change to the build.
+    for rank, result in enumerate(spawn("fsdp_mixed", tmp_path)):
+        # The same layers in the same order under the same policy: equal, not merely within bf16's tolerance.
+        assert result["losses"] == result["twin_losses"], f"rank {rank}"
+        assert result["validations"] == 1, f"rank {rank}"
+        assert result["output_dtype"] == "torch.bfloat16"
+        assert result["wrong_width"] == "E_INPUT"
+        assert result["edit"].startswith("E_RUNTIME"), result["edit"]
+        assert "'nodes.n_out.bias' was removed" in result["edit"]
+
+
+def test_fsdp2_per_block_with_bf16_mixed_precision_through_shard_units_and_dcp_of_model_and_optimizer(tmp_path):
+    # A repeated subgraph's repetitions are modules with a forward: fully_shard(block) hooks its calls.
+    for rank, result in enumerate(spawn("fsdp_blocks", tmp_path)):
+        assert result["units"] == ["Block", "Block", "Block", "GraphModule"], f"rank {rank}"
+        assert result["losses"] == result["twin_losses"], f"rank {rank}"
+        assert result["validations"] == 1, f"rank {rank}"
+        assert result["wrong_width"] == "E_INPUT"
+        assert result["after_error"] == ["DTensor"], "an error left FSDP's gathered parameters registered"
+        assert result["dcp_equal"], f"rank {rank}: the sharded model loaded back differs"
+        assert result["dcp_optim_equal"], f"rank {rank}: the optimizer state loaded back differs"
+        assert result["fresh_runs"]
+
+
+def test_fsdp2_shards_zoo_gpt2_by_its_units_keeping_the_tied_head_in_the_root(tmp_path):
+    for rank, result in enumerate(spawn("fsdp_gpt2", tmp_path)):
+        assert result["units"] == ["nodes.n_h.0", "nodes.n_h.1", ""], f"rank {rank}"
+        assert result["tied"]
+        assert result["losses"] == pytest.approx(result["reference"], rel=1e-4), f"rank {rank}"
+        assert result["validations"] == 1
+
+
 def test_a_hung_rank_becomes_a_failure_with_every_ranks_output(tmp_path):
     with pytest.raises(pytest.fail.Exception) as err:
         spawn("hang", tmp_path, timeout_s=15)

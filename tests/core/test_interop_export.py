@@ -147,3 +147,92 @@ def test_regression_jit_trace_skipped_the_float_dtype_input_check():
         torch.jit.trace(model, (x.double(),))
     assert err.value.code == "E_INPUT"
     assert "float32" in str(err.value)
+
+
+# --- ranges from the graph's constraints (issue 25) -----------------------------------------------------------
+
+
+def _second_sizes(model: hndl.GraphModule, first: dict[str, int]) -> dict[str, int]:
+    """Other sizes for every dynamic symbol (static ones keep theirs)."""
+    ranges = hndl.torch.symbol_ranges(model)
+    return {s: (v + 5 if s in ranges else v) for s, v in first.items()}
+
+
+def _bound(model: hndl.GraphModule, inputs: tuple[torch.Tensor, ...]) -> dict[str, int]:
+    """The symbols' sizes in ``inputs``, read back through the model's own contracts."""
+    env: dict[str, int] = {}
+    for contract, value in zip(model.plan.checked.contracts, inputs):
+        assert contract.shape.match(tuple(value.shape), env, strict=True) == ""
+    return {k: v for k, v in env.items() if isinstance(v, int)}
+
+
+@pytest.mark.parametrize("name", hndl.zoo.names())
+def test_every_zoo_entry_exports_with_the_helpers_and_runs_at_two_sizes(name):
+    torch.manual_seed(0)
+    small = {
+        "gpt2": dict(n_layer=2, n_embd=64, n_head=2, vocab_size=128),
+        "vit_b_16": dict(hidden_dim=64, depth=1, num_heads=2, mlp_dim=128),
+        "resnet50": dict(layers1=1, layers2=1, layers3=1, layers4=1),
+    }.get(name, {})
+    model = hndl.build(hndl.zoo.get(name, **small)).eval()
+    first = model.example_inputs()
+    program = torch.export.export(model, first, dynamic_shapes=model.dynamic_shapes())
+    second = model.example_inputs(**_second_sizes(model, _bound(model, first)))
+    assert [a.shape for a in second] != [a.shape for a in first]
+    with torch.no_grad():
+        for inputs in (first, second):
+            torch.testing.assert_close(program.module()(*inputs), model(*inputs), atol=1e-5, rtol=1e-5)
+
+
+def test_a_resnet_states_its_smallest_image_and_the_example_respects_it():
+    # Five stride-2 stages: a 32x smaller map; every dim along the way must be >= 2 (export specializes 1s).
+    model = hndl.build(hndl.zoo.get("resnet18", num_classes=10))
+    assert hndl.torch.symbol_ranges(model) == {"B": 2, "H": 33, "W": 33}
+    ((spec,),) = model.dynamic_shapes()
+    assert (spec[2].min, spec[3].min) == (33, 33)
+    (x,) = model.example_inputs()
+    assert min(x.shape[2], x.shape[3]) >= 33
+    assert x.shape[2] != x.shape[3]
+
+
+def test_a_window_op_requirement_raises_the_minimum():
+    g = hndl.Graph("g")
+    x = g.input("x", ("B", 3, "H", "W"))
+    g.output(g.add("conv2d", x, name="conv", out_channels=4, kernel_size=7))  # needs H, W >= 7; output >= 2
+    model = hndl.build(g)
+    assert hndl.torch.symbol_ranges(model) == {"B": 2, "H": 8, "W": 8}
+
+
+def test_the_sequence_length_of_an_lstm_is_exported_static_because_torch_specializes_it():
+    model = hndl.build(hndl.zoo.get("lstm_classifier"))
+    assert "T" not in hndl.torch.symbol_ranges(model)
+    ((spec,),) = model.dynamic_shapes()
+    assert list(spec) == [0]  # B only
+    assert set(hndl.torch.EXPORT_STATIC) <= set(hndl.registry.names())
+
+
+def test_an_input_dim_written_as_a_multiple_binds_its_symbol_and_exports_as_a_derived_dim():
+    g = hndl.Graph("g")
+    x = g.input("x", ("B", 3, "16*h", "16*w"))
+    g.output(g.add("relu", x, name="act"))
+    model = hndl.build(g)
+    assert model(torch.randn(1, 3, 32, 48)).shape == (1, 3, 32, 48)
+    with pytest.raises(hndl.HndlError) as err:
+        model(torch.randn(1, 3, 30, 48))
+    assert err.value.problems[0].code == "E_INPUT"
+    assert "dim 2 expected 16*h, got 30 (16*h needs a multiple of 16)" in str(err.value)
+    (x,) = model.example_inputs()
+    assert x.shape[2] % 16 == 0
+    assert x.shape[3] % 16 == 0
+    program = torch.export.export(model, (x,), dynamic_shapes=model.dynamic_shapes())
+    y = torch.randn(2, 3, 64, 80)
+    assert torch.equal(program.module()(y), torch.relu(y))
+
+
+def test_the_unet_says_it_needs_multiples_of_16():
+    model = hndl.build(hndl.zoo.get("unet", width=4))
+    assert model(torch.randn(1, 3, 32, 48)).shape == (1, 2, 32, 48)
+    with pytest.raises(hndl.HndlError) as err:
+        model(torch.randn(1, 3, 40, 48))
+    assert err.value.problems[0].code == "E_INPUT"  # before: E_RUNTIME from the concat of the skip connection
+    assert "needs a multiple of 16" in str(err.value)

@@ -23,6 +23,7 @@ import pytest
 
 import hndl
 import hndl.zoo
+from hndl._dims import free_symbols
 
 torch = pytest.importorskip("torch")
 torchinfo = pytest.importorskip("torchinfo")
@@ -32,7 +33,7 @@ EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.yaml") if p.name != "br
 # gpt2 is examples/gpt2.yaml already (the one model with tied weights); the others are cheap at these dims.
 ZOO = ["resnet18", "unet", "lstm_classifier", "vit_tiny_patch16_224", "seq2seq_transformer"]
 SOURCES = [pytest.param(p, id=p.stem) for p in EXAMPLES] + [pytest.param(f"zoo:{n}", id=f"zoo-{n}") for n in ZOO]
-SIZES = {"B": 2, "T": 6, "S": 5, "H": 64, "W": 64}
+SIZES = {"B": 2, "T": 6, "S": 5, "H": 64, "W": 64}  # zoo:unet's h, w count 16-pixel tiles: 4 is 64 pixels
 
 pytestmark = pytest.mark.filterwarnings("ignore:TF32 acceleration:UserWarning")
 
@@ -41,8 +42,8 @@ def build(source: Path | str) -> tuple[Any, dict[str, int]]:
     graph = hndl.zoo.get(source[4:]) if isinstance(source, str) else hndl.load(source)
     torch.manual_seed(0)
     model = hndl.build(graph)
-    names = {d for c in model.plan.checked.contracts for d in str(c.shape).strip("[]").split(", ")}
-    return model, {name: SIZES.get(name, 4) for name in names if name.isidentifier()}
+    names = {s for c in model.plan.checked.contracts for d in c.shape.dims if d is not None for s in free_symbols(d)}
+    return model, {name: SIZES.get(name, 4) for name in names}
 
 
 def torchinfo_summary(model: Any, dims: dict[str, int]) -> Any:

@@ -130,6 +130,190 @@ def fsdp(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str, per_
     return result
 
 
+def twin(model: hndl.GraphModule) -> torch.nn.Module:
+    """The same MLP written by hand, with ``model``'s weights."""
+    plain = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3))
+    plain[0].load_state_dict(model.nodes.n_hidden.state_dict())
+    plain[2].load_state_dict(model.nodes.n_out.state_dict())
+    return plain
+
+
+def fsdp_mixed(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str) -> dict[str, Any]:
+    """FSDP2 with bf16 parameters and fp32 reductions (the usual LLM recipe), per layer and at the root, beside the
+    hand-written twin sharded the same way; then a real edit under FSDP is still caught."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    model = make_model()
+    plain = twin(model)
+    for layer in (model.nodes.n_hidden, model.nodes.n_out):
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    for layer in (plain[0], plain[2]):
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(plain, mp_policy=policy)
+    result: dict[str, Any] = {"losses": train(model, x, y, world), "twin_losses": train(plain, x, y, world)}
+    result["validations"] = model.validations
+    result["output_dtype"] = str(model(x).dtype)
+    result["wrong_width"] = wrong_width_code(model)
+    # A real edit is still a change: the output layer's bias removed behind FSDP's back.
+    del model.nodes.n_out._parameters["bias"]
+    try:
+        model(x)
+        result["edit"] = "no error"
+    except hndl.HndlError as exc:
+        result["edit"] = exc.problems[0].code + ": " + exc.problems[0].message
+    return result
+
+
+def make_blocks_model() -> hndl.GraphModule:
+    """Three residual MLP blocks (a repeated subgraph) and a head: what per-block sharding is for."""
+    torch.manual_seed(0)
+    block = hndl.Graph("block")
+    h = block.input("h", ("B", 8))
+    up = block.add("linear", h, name="up", out_features=16)
+    act = block.add("relu", up, name="act")
+    down = block.add("linear", act, name="down", out_features=8)
+    block.output(block.add("add", [h, down], name="residual"))
+    g = hndl.Graph("blocks")
+    x = g.input("x", ("B", 6))
+    h = g.add("linear", x, name="stem", out_features=8)
+    h = g.add("graph", h, name="blocks", graph=block, repeat=3)
+    g.output(g.add("linear", h, name="head", out_features=3))
+    return hndl.build(g)
+
+
+class _TwinBlock(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.act, self.down = torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h + self.down(self.act(self.up(h)))
+
+
+class _TwinBlocks(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Linear(6, 8)
+        self.blocks = torch.nn.ModuleList(_TwinBlock() for _ in range(3))
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.stem(x)
+        for block in self.blocks:
+            h = block(h)
+        return self.head(h)
+
+
+def blocks_twin(model: hndl.GraphModule) -> torch.nn.Module:
+    plain = _TwinBlocks()
+    state = {k.replace("nodes.", "").replace("n_", ""): v for k, v in model.state_dict().items()}
+    plain.load_state_dict(state)
+    return plain
+
+
+def fsdp_blocks(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str) -> dict[str, Any]:
+    """FSDP2 per block with bf16 mixed precision through model.shard_units(), beside the hand-written twin sharded
+    per block the same way; then DCP saves and loads the sharded model and its optimizer."""
+    from torch.distributed import checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    model = make_blocks_model()
+    plain = blocks_twin(model)
+    units = model.shard_units()
+    result: dict[str, Any] = {"units": [type(u).__name__ for u in units]}
+    for unit in units:
+        fully_shard(unit, mp_policy=policy)
+    for block in plain.blocks:
+        fully_shard(block, mp_policy=policy)
+    fully_shard(plain, mp_policy=policy)
+    result["losses"] = train(model, x, y, world)
+    result["twin_losses"] = train(plain, x, y, world)
+    result["validations"] = model.validations
+    result["wrong_width"] = wrong_width_code(model)
+    # The refused call gathered the root's parameters in FSDP's pre-forward hook; hndl put the shards back.
+    result["after_error"] = sorted({type(p).__name__ for p in model.parameters()})
+    # DCP: the sharded model and an optimizer with state (momentum), saved and loaded into fresh ones. The step
+    # after the refused call runs as usual (FSDP's backward reshards what its forward gathered).
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+    loss = torch.nn.functional.mse_loss(model(x).float(), y)
+    loss.backward()
+    optimizer.step()
+    model_state, optim_state = get_state_dict(model, optimizer)
+    path = os.path.join(out, "dcp")
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=path)
+    fresh = make_blocks_model()
+    for unit in fresh.shard_units():
+        fully_shard(unit, mp_policy=policy)
+    fresh_optimizer = torch.optim.SGD(fresh.parameters(), lr=LR, momentum=0.9)
+    fresh_model_state, fresh_optim_state = get_state_dict(fresh, fresh_optimizer)
+    state = {"model": fresh_model_state, "optim": fresh_optim_state}
+    dcp.load(state, checkpoint_id=path)
+    set_state_dict(fresh, fresh_optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+    def full(t: Any) -> torch.Tensor:
+        return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+    loaded_model, loaded_optim = get_state_dict(fresh, fresh_optimizer)
+    result["dcp_equal"] = all(torch.equal(full(a), full(loaded_model[k])) for k, a in model_state.items())
+    momentum = [v["momentum_buffer"] for v in optim_state["state"].values()]
+    loaded_momentum = [v["momentum_buffer"] for v in loaded_optim["state"].values()]
+    result["dcp_optim_equal"] = len(momentum) == len(loaded_momentum) > 0 and all(
+        torch.equal(full(a), full(b)) for a, b in zip(momentum, loaded_momentum)
+    )
+    result["fresh_runs"] = bool(torch.isfinite(fresh(x)).all())
+    return result
+
+
+def fsdp_gpt2(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str) -> dict[str, Any]:
+    """zoo:gpt2 (a tiny configuration) sharded by its own units: the tied wte/lm_head pair stays in the root
+    unit, so FSDP2 accepts it; the losses follow the unsharded model's."""
+    from torch.distributed.fsdp import fully_shard
+
+    config = dict(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16, dropout=0.0)
+
+    def make() -> hndl.GraphModule:
+        torch.manual_seed(0)
+        return hndl.build(hndl.zoo.get("gpt2", **config))
+
+    generator = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, 64, (4, 8), generator=generator)
+    half = ids.shape[0] // world
+    local = ids[rank * half : (rank + 1) * half]
+
+    def steps(model: torch.nn.Module, batch: torch.Tensor, world: int) -> list[float]:
+        optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+        losses = []
+        for _ in range(3):
+            optimizer.zero_grad()
+            logits = model(batch)
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 64).float(), batch[:, 1:].reshape(-1))
+            loss.backward()
+            optimizer.step()
+            total = loss.detach().clone()
+            if world > 1:
+                dist.all_reduce(total)
+            losses.append(float(total) / world)
+        return losses
+
+    reference = steps(make(), ids, 1)
+    model = make()
+    units = model.shard_units()
+    names = {id(m): n for n, m in model.named_modules()}
+    for unit in units:
+        fully_shard(unit)
+    return {
+        "units": [names[id(u)] for u in units],
+        "losses": steps(model, local, world),
+        "reference": reference,
+        "tied": model.nodes.n_wte.weight is model.nodes.n_lm_head.weight,
+        "validations": model.validations,
+    }
+
+
 def main() -> None:
     scenario, rank, world, port, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     if scenario == "hang":  # stands in for a hung teardown: the test's timeout must turn it into a failure
@@ -143,6 +327,12 @@ def main() -> None:
     try:
         if scenario == "ddp":
             result = ddp(rank, world, x, y, out)
+        elif scenario == "fsdp_mixed":
+            result = fsdp_mixed(rank, world, x, y, out)
+        elif scenario == "fsdp_blocks":
+            result = fsdp_blocks(rank, world, x, y, out)
+        elif scenario == "fsdp_gpt2":
+            result = fsdp_gpt2(rank, world, x, y, out)
         else:
             result = fsdp(rank, world, x, y, out, per_node=scenario == "fsdp_per_node")
     except Exception as exc:

@@ -282,6 +282,13 @@ class ShapePattern:
                 env[name] = actual
         for index, pat, actual in deferred:
             value = substitute(pat, {k: v for k, v in env.items() if not isinstance(v, tuple)})
+            solved = _solve_linear(value, actual)
+            if solved is not None:
+                symbol, size, reason = solved
+                if reason:
+                    return f"dim {self._position(index, rank)} expected {pat}, got {format_dim(actual)} ({reason})"
+                env[symbol] = size
+                continue
             if _conflict(value, actual, strict):
                 return (
                     f"dim {self._position(index, rank)} expected {pat} = {format_dim(value)}, got {format_dim(actual)}"
@@ -306,6 +313,33 @@ class ShapePattern:
                 assert d is not None
                 out.append(substitute(d, scalars))
         return tuple(out)
+
+
+def _solve_linear(pattern: Dim, actual: Any) -> tuple[str, int, str] | None:
+    """For a dim written ``a*S + b`` whose one symbol ``S`` is still unbound, met by an int: ``(S, size, "")``
+    when ``a*size + b`` is the int for some size >= 0, else ``(S, 0, reason)``. None for anything else (the
+    dim is then compared as usual). This is what lets an input say what it needs: ``[B, 3, 16*h, 16*w]``
+    accepts 224 (``h = 14``) and refuses 230."""
+    if not isinstance(pattern, Poly) or isinstance(actual, bool) or not isinstance(actual, int):
+        return None
+    scale = offset = 0
+    symbol: str | None = None
+    for monomial, coeff in pattern.terms:
+        if not monomial:
+            offset = coeff
+        elif len(monomial) == 1 and isinstance(monomial[0], str) and symbol in (None, monomial[0]):
+            symbol, scale = monomial[0], coeff
+        else:
+            return None
+    if symbol is None or scale <= 0:
+        return None
+    size, rest = divmod(actual - offset, scale)
+    if rest:
+        what = f"a multiple of {scale}" if not offset else f"{offset} more than a multiple of {scale}"
+        return symbol, 0, f"{pattern} needs {what}"
+    if size < 0:
+        return symbol, 0, f"{pattern} needs {symbol} >= 0"
+    return symbol, size, ""
 
 
 def _bare_symbol(d: Dim) -> str | None:

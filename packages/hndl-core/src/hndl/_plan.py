@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ._check import CheckedGraph, CheckedNode
 
-__all__ = ["Plan", "Step", "lower"]
+__all__ = ["Group", "Plan", "Step", "lower"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,33 @@ class Step:
     """One leaf node to run: its checked node, and the value ids it reads and writes."""
 
     node: CheckedNode
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Group:
+    """One use of a subgraph (one repetition of a repeated one): the contiguous run of steps it lowers to.
+
+    Its layers live in one module (``path`` under the GraphModule's ``nodes``); that module's ``forward`` runs
+    exactly these steps, which is what lets a hook on it (FSDP2's ``fully_shard`` per block, a user's hook)
+    see one call per repetition (``hndl.torch`` blocks).
+
+    Attributes:
+        node: the ``graph`` node this is a use of.
+        qualname: the name messages use (``blocks.3``, or ``stem`` for a subgraph used without ``repeat``).
+        path: the module path under ``nodes`` (``("n_blocks", "3")``).
+        repetition: which repetition of ``node`` (0 without ``repeat``).
+        start, stop: the steps ``plan.steps[start:stop]``.
+        inputs, outputs: the value ids the subgraph's inputs and outputs stand for (an output may be an input).
+    """
+
+    node: CheckedNode
+    qualname: str
+    path: tuple[str, ...]
+    repetition: int
+    start: int
+    stop: int
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
 
@@ -41,6 +68,7 @@ class Plan:
             after that step nothing needs it. The graph's outputs live to the end (``len(steps)``); a value
             nothing reads has the index of the step that makes it (``-1`` for an input).
         locations: each leaf node's spec location (``file:line:col`` or ``None``), by qualified name.
+        groups: every subgraph use and repetition, outer ones before the ones they hold.
     """
 
     checked: CheckedGraph
@@ -50,13 +78,15 @@ class Plan:
     output_ids: tuple[str, ...]
     last_use: Mapping[str, int]
     locations: Mapping[str, str | None]
+    groups: tuple[Group, ...] = ()
 
 
 def lower(checked: CheckedGraph) -> Plan:
     """Flatten ``checked`` into its :class:`Plan`: steps, input and output value ids, each value's last use."""
     steps: list[Step] = []
     alias: dict[str, str] = {}
-    _flatten_into(checked, alias, steps)
+    groups: list[Group] = []
+    _flatten_into(checked, alias, steps, groups)
     output_ids = tuple(alias.get(v, v) for v in checked.output_ids)
     last_use: dict[str, int] = dict.fromkeys(checked.input_ids, -1)
     for index, step in enumerate(steps):
@@ -74,11 +104,13 @@ def lower(checked: CheckedGraph) -> Plan:
         output_ids=output_ids,
         last_use=last_use,
         locations={step.node.qualname: step.node.location for step in steps},
+        groups=tuple(groups),
     )
 
 
-def _flatten_into(cg: CheckedGraph, alias: dict[str, str], steps: list[Step]) -> None:
-    """Append ``cg``'s leaf steps; record in ``alias`` what each ``graph`` node's outputs finally refer to."""
+def _flatten_into(cg: CheckedGraph, alias: dict[str, str], steps: list[Step], groups: list[Group]) -> None:
+    """Append ``cg``'s leaf steps and subgraph groups; record in ``alias`` what each ``graph`` node's outputs
+    finally refer to."""
 
     def resolve(v: str) -> str:
         return alias.get(v, v)
@@ -86,10 +118,17 @@ def _flatten_into(cg: CheckedGraph, alias: dict[str, str], steps: list[Step]) ->
     for node in cg.nodes:
         if node.body:
             current = [resolve(v) for v in node.inputs]
-            for sub in node.body:
+            for repetition, sub in enumerate(node.body):
                 inner_alias = dict(zip(sub.input_ids, current))
-                _flatten_into(sub, inner_alias, steps)
+                at = len(groups)
+                groups.append(None)  # type: ignore[arg-type]  # filled below: outer groups come first
+                start = len(steps)
+                _flatten_into(sub, inner_alias, steps, groups)
+                inputs = tuple(current)
                 current = [inner_alias.get(v, v) for v in sub.output_ids]
+                path = (*node.path, str(repetition)) if node.indexed else node.path
+                qualname = f"{node.qualname}.{repetition}" if node.indexed else node.qualname
+                groups[at] = Group(node, qualname, path, repetition, start, len(steps), inputs, tuple(current))
             for out_id, value in zip(node.outputs, current):
                 alias[out_id] = value
         else:

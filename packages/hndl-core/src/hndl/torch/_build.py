@@ -1,8 +1,9 @@
 """Graph -> modules: one torch module per node, sized by inference, in a ``ModuleDict`` keyed ``n_<name>``.
 
-A ``graph`` node becomes a ``ModuleList`` with one ``ModuleDict`` per repetition, so a 12-layer block reads
+A ``graph`` node becomes a ``ModuleList`` with one :class:`._blocks.Block` (a ``ModuleDict`` with a ``forward``) per
+repetition, so a 12-layer block reads
 ``nodes.n_blocks.11.n_attn...`` in the ``state_dict``, the way a hand-written ``ModuleList`` would; a graph used
-without ``repeat`` becomes its ``ModuleDict`` (``nodes.n_stem.n_conv...``).
+without ``repeat`` becomes its ``Block`` (``nodes.n_stem.n_conv...``).
 
 Tied parameters (a node's ``tie``) are made one ``Parameter`` after every layer is built, exactly as a
 hand-written model ties them (``lm_head.weight = wte.weight``): both names are in ``state_dict`` and in
@@ -28,6 +29,7 @@ from .._graph import Graph
 from .._plan import Plan, lower
 from .._registry import InferError
 from ..naming import suggestion
+from ._blocks import Block
 
 if TYPE_CHECKING:
     from ._module import GraphModule
@@ -91,16 +93,19 @@ def collection_paused() -> Iterator[None]:
                 gc.enable()
 
 
-def build_nodes(cg: CheckedGraph, problems: ProblemList, causes: list[BaseException] | None = None) -> nn.ModuleDict:
-    """The modules of ``cg``'s nodes; a node whose builder fails adds a problem, and its exception to ``causes``."""
-    modules = nn.ModuleDict()
+def build_nodes(
+    cg: CheckedGraph, problems: ProblemList, causes: list[BaseException] | None = None, *, kind: type = nn.ModuleDict
+) -> nn.ModuleDict:
+    """The modules of ``cg``'s nodes; a node whose builder fails adds a problem, and its exception to ``causes``.
+    The top level is a plain ``ModuleDict``; each subgraph use is a :class:`._blocks.Block`."""
+    modules = kind()
     for node in cg.nodes:
         key = node.path[-1]
         if node.body:
             if node.indexed:
-                modules[key] = nn.ModuleList(build_nodes(sub, problems, causes) for sub in node.body)
+                modules[key] = nn.ModuleList(build_nodes(sub, problems, causes, kind=Block) for sub in node.body)
             else:
-                modules[key] = build_nodes(node.body[0], problems, causes)
+                modules[key] = build_nodes(node.body[0], problems, causes, kind=Block)
             continue
         module = _build_leaf(node, problems, causes)
         if module is not None:

@@ -27,7 +27,7 @@ from ..naming import suggestion
 if TYPE_CHECKING:
     from ._module import GraphModule
 
-__all__ = ["dynamic_shapes", "example_inputs", "not_scriptable"]
+__all__ = ["EXPORT_STATIC", "dynamic_shapes", "example_inputs", "not_scriptable", "symbol_ranges"]
 
 # Defaults for symbols the caller leaves out: distinct and above 1, because torch.export specializes a dim whose
 # example is 0 or 1, and two dynamic dims with the same example could be taken for one.
@@ -56,6 +56,97 @@ def _symbols(model: GraphModule) -> tuple[list[str], list[str]]:
     return scalars, variadics
 
 
+# --- the range of each symbol under torch.export ------------------------------------------------------------
+
+# torch.export specializes some layers' dims to the example's size whatever dynamic_shapes says: nn.LSTM and
+# nn.GRU read the sequence length as a Python int (a torch limitation, not hndl's). A symbol written there is
+# exported static: (op, input index, dim index).
+EXPORT_STATIC: dict[str, tuple[int, int]] = {"lstm": (0, 1), "gru": (0, 1)}
+
+# Past this size a symbol's minimum is not searched further (a constraint that no size up to it satisfies is
+# left to torch.export to report).
+_SEARCH_CAP = 1 << 20
+
+
+def _all_nodes(checked: Any) -> Iterator[Any]:
+    for node in checked.nodes:
+        yield node
+        for body in node.body:
+            yield from _all_nodes(body)
+
+
+def _constraints(model: GraphModule, scalars: Sequence[str]) -> tuple[list[tuple[Any, int]], set[str]]:
+    """What the graph requires of its symbols for torch.export: every requirement a node's shape arithmetic
+    imposes (``H >= 7``), and every symbolic dim of every input and value at least 2 (export specializes a dim
+    of size 0 or 1, and a symbolic dim that may be 1 makes it guard on broadcasting); plus the symbols an op
+    forces static (:data:`EXPORT_STATIC`)."""
+    known = set(scalars)
+    found: list[tuple[Any, int]] = []
+    static: set[str] = set()
+
+    def symbolic(dim: Any) -> bool:
+        return isinstance(dim, Poly) and bool(free_symbols(dim)) and free_symbols(dim) <= known
+
+    for _name, contract in _inputs(model):
+        found += [(d, 2) for d in contract.shape.dims if d is not None and symbolic(d)]
+    for node in _all_nodes(model.plan.checked):
+        found += [(r.dim, r.minimum) for r in node.requires if symbolic(r.dim)]
+        for t in node.out_types:
+            if t.shape is not None:
+                found += [(d, 2) for d in t.shape if symbolic(d)]
+        fixed = EXPORT_STATIC.get(node.op)
+        if fixed is not None and fixed[0] < len(node.in_types):
+            shape = node.in_types[fixed[0]].shape
+            if shape is not None and fixed[1] < len(shape) and isinstance(shape[fixed[1]], Poly):
+                static |= free_symbols(shape[fixed[1]]) & known
+    return found, static
+
+
+def _smallest(dim: Any, minimum: int, symbol: str, values: dict[str, int]) -> int | None:
+    """The smallest size of ``symbol`` (from its current value up) for which ``dim >= minimum``, the others as
+    in ``values``; None when none up to the search cap is. Sizes grow every dim, so a doubling search then a
+    bisection finds it."""
+
+    def holds(size: int) -> bool:
+        return evaluate(dim, {**values, symbol: size}) >= minimum
+
+    low = values[symbol]
+    if holds(low):
+        return low
+    high = max(2 * low, 2)
+    while not holds(high):
+        if high >= _SEARCH_CAP:
+            return None
+        low, high = high, 2 * high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if holds(middle) else (middle, high)
+    return high
+
+
+def symbol_ranges(model: GraphModule) -> dict[str, int]:
+    """The smallest size of each symbol of the input contracts for which the whole graph is valid under
+    torch.export (:func:`_constraints`), found by raising each symbol until every constraint holds; symbols an
+    op forces static are left out."""
+    scalars, _variadics = _symbols(model)
+    constraints, static = _constraints(model, scalars)
+    minima = {s: 2 for s in scalars}
+    for _round in range(64):  # each round raises at least one minimum, or ends
+        raised = False
+        for dim, minimum in constraints:
+            if evaluate(dim, minima) >= minimum:
+                continue
+            for symbol in sorted(free_symbols(dim)):
+                size = _smallest(dim, minimum, symbol, minima)
+                if size is not None:
+                    minima[symbol] = size
+                    raised = True
+                    break
+        if not raised:
+            break
+    return {s: v for s, v in minima.items() if s not in static}
+
+
 def _resolve_dims(model: GraphModule, dims: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
     """Every symbol's size and every ``*name``'s sizes: the given ones checked, the rest defaulted."""
     scalars, variadics = _symbols(model)
@@ -74,12 +165,14 @@ def _resolve_dims(model: GraphModule, dims: Mapping[str, Any]) -> tuple[dict[str
             )
     given = {v for v in dims.values() if isinstance(v, int)}
     given |= {v for run in dims.values() if isinstance(run, Sequence) for v in run if isinstance(v, int)}
-    defaults = (n for n in itertools.count(_FIRST_DEFAULT) if n not in given)
+    minima = symbol_ranges(model)
     sizes: dict[str, int] = {}
     for symbol in scalars:
         value = dims.get(symbol)
         if value is None:
-            value = next(defaults)
+            # The smallest size the graph is valid at under torch.export, distinct from every other example.
+            value = next(n for n in itertools.count(minima.get(symbol, _FIRST_DEFAULT)) if n not in given)
+            given.add(value)
         elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise HndlError(
                 Problem("E_INPUT", f"symbol {symbol!r} must be a size", expected="an int >= 0", actual=repr(value))
@@ -89,7 +182,8 @@ def _resolve_dims(model: GraphModule, dims: Mapping[str, Any]) -> tuple[dict[str
     for name in variadics:
         value = dims.get(name)
         if value is None:
-            value = (next(defaults),)
+            value = (next(n for n in itertools.count(_FIRST_DEFAULT) if n not in given),)
+            given.add(value[0])
         if not isinstance(value, Sequence) or not all(isinstance(v, int) and v >= 0 for v in value):
             raise HndlError(
                 Problem(
@@ -175,11 +269,14 @@ def dynamic_shapes(model: GraphModule, **dims: Any) -> tuple[tuple[dict[int, Any
     from torch.export import Dim as ExportDim
 
     _sizes, runs = _resolve_dims(model, dims)
+    minima = symbol_ranges(model)
+    scalars, _variadics = _symbols(model)
+    static = set(scalars) - set(minima)
     made: dict[str, Any] = {}
 
     def dim_of(symbol: str) -> Any:
         if symbol not in made:
-            made[symbol] = ExportDim(symbol)
+            made[symbol] = ExportDim(symbol, min=minima.get(symbol, _FIRST_DEFAULT))
         return made[symbol]
 
     specs: list[dict[int, Any]] = []
@@ -194,7 +291,7 @@ def dynamic_shapes(model: GraphModule, **dims: Any) -> tuple[tuple[dict[int, Any
                     position += 1
                 continue
             assert dim is not None
-            if not isinstance(dim, int):
+            if not isinstance(dim, int) and not (free_symbols(dim) & static):
                 spec[position] = _export_dim(name, position, dim, dim_of)
             position += 1
         specs.append(spec)

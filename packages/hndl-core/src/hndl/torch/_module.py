@@ -23,10 +23,12 @@ from torch import nn
 from torch.nn import functional as _functional
 
 from .._errors import HndlError, Problem
-from .._plan import Plan
+from .._plan import Plan, Step
 from ..naming import suggestion
-from . import _export, _hooks
+from . import _export, _hooks, _shard
+from ._blocks import collapse, collapsed_plan, install_programs, validating
 from ._codegen import CALL, FORWARD, Compiled, compile_graph, make_function
+from ._fsdp import reshard_after_failure
 from ._guards import (
     VERSION_ATTR,
     StoresRecord,
@@ -65,8 +67,10 @@ class _Runtime:
     # Whether the record was taken when the registered state was known to match the build (after a build, a
     # passed state check, or from such a record): while it then still matches, so does the state.
     verified: bool
-    model_dtype: torch.dtype | None  # parameter_dtype() of the recorded state
+    model_dtype: tuple[torch.dtype, ...] | None  # parameter_dtype() of the recorded state
     forms: tuple[str | Inline, ...]  # per step: how the fast path calls it (``_codegen.compile_graph``)
+    # The steps the generated call runs: the plan's, with each observed block one step (``_blocks.collapse``).
+    plan: Plan
 
     @property
     def hooked(self) -> tuple[bool, ...]:
@@ -234,19 +238,42 @@ class GraphModule(nn.Module):
         d["_owned"] = frozenset()
         d["_symbolic"] = SymbolicCheck(self._plan, check_inputs) if proven_for_all_bindings(self._plan) else None
         bump(self)
+        install_programs(self._plan, enumerate(self._blocks()))
         self._install(self._leaves(), verified=verified)
 
     def _leaves(self) -> list[nn.Module | None]:
         return [self.node_module(step.node.path) for step in self._plan.steps]
+
+    def _blocks(self) -> list[nn.Module | None]:
+        """The live module of each subgraph use (``plan.groups``), ``None`` where it is gone."""
+        return [self.node_module(group.path) for group in self._plan.groups]
+
+    def _effective(self) -> tuple[Plan, list[nn.Module | None], set[int]]:
+        """The steps as they run now (each block that a hook or ``compile()`` observes is one step called
+        through ``__call__``), their modules, and which groups are called."""
+        called = {
+            i
+            for i, block in enumerate(self._blocks())
+            if block is not None and (any(hook_dicts(block)) or block.__dict__.get("_compiled_call_impl") is not None)
+        }
+        if not called:
+            return self._plan, self._leaves(), called
+        plan = collapsed_plan(self._plan, called)
+        return plan, [self.node_module(step.node.path) for step in plan.steps], called
+
+    def _watched(self, leaves: list[nn.Module | None]) -> list[nn.Module]:
+        """The modules whose hooks and instance attributes the stores record compares: the leaf layers, and the
+        blocks (a hook added to a block makes it a step of its own)."""
+        return [m for m in (*leaves, *self._blocks()) if m is not None]
 
     def _install(
         self, leaves: list[nn.Module | None], stores: StoresRecord | None = None, verified: bool | None = None
     ) -> None:
         """Take the stores record (unless given), generate the call for it and publish both atomically.
         ``verified`` says the state recorded matches the build (None: as the current record's did)."""
-        present = [m for m in leaves if m is not None]
         if stores is None:
-            stores = take_record(self, present)
+            stores = take_record(self, self._watched(leaves))
+        plan, leaves, _called = self._effective()
         global_hooks = global_hooks_active()
         hooked = tuple(
             m is None or global_hooks or any(hook_dicts(m)) or m.__dict__.get("_compiled_call_impl") is not None
@@ -256,15 +283,15 @@ class GraphModule(nn.Module):
         if verified is None:
             verified = current is not None and current.verified
         signature = signature_guard(self._symbolic is not None).source
-        forms = self._call_forms(leaves, hooked)
-        if current is not None and current.stores is stores and current.forms == forms:
+        forms = self._call_forms(plan.steps, leaves, hooked)
+        if current is not None and current.stores is stores and current.forms == forms and current.plan is plan:
             # Validation found the recorded state unchanged (a new input signature): the generated call is
             # still the right one, and regenerating it would cost the first call of a shape most of its time.
             if current.verified != verified:
                 self.__dict__["_runtime"] = dataclasses.replace(current, verified=verified)
             return
-        in_place = in_place_steps(self._plan, leaves, forms, hooked)
-        compiled = compile_graph(self._plan, forms, in_place, stores.terms, signature, self.graph.name)
+        in_place = in_place_steps(plan, leaves, forms, hooked)
+        compiled = compile_graph(plan, forms, in_place, stores.terms, signature, self.graph.name)
         namespace = dict(stores.namespace)
         namespace.update(
             sigs=self._signatures,
@@ -272,7 +299,7 @@ class GraphModule(nn.Module):
             validate=GraphModule._validate,
             admit=GraphModule._admit,
             settle=GraphModule._settle,
-            fail=partial(_fast_failure, compiled),
+            fail=partial(_fast_failure, compiled, plan),
         )
         for i, (module, form) in enumerate(zip(leaves, forms)):
             # A missing module can only be met after validation, which reports it; never called before.
@@ -298,15 +325,19 @@ class GraphModule(nn.Module):
             verified=verified,
             model_dtype=parameter_dtype(self),
             forms=forms,
+            plan=plan,
         )
         self.__dict__["_owned"] = _hooks.own(self, (m for _p, m in walk_modules(self)), self._owned)
 
-    def _call_forms(self, leaves: list[nn.Module | None], hooked: tuple[bool, ...]) -> tuple[str | Inline, ...]:
+    @staticmethod
+    def _call_forms(
+        steps: Sequence[Step], leaves: list[nn.Module | None], hooked: tuple[bool, ...]
+    ) -> tuple[str | Inline, ...]:
         """Per step, how the fast path calls its layer (see ``_codegen.compile_graph``): through ``__call__`` when
         hooked, written out for a layer of ``_inline``'s table given as many inputs as its forward takes, else
         ``forward``."""
         forms: list[str | Inline] = []
-        for step, module, through_call in zip(self._plan.steps, leaves, hooked):
+        for step, module, through_call in zip(steps, leaves, hooked):
             inline = None if through_call else inline_for(module)
             if inline is not None and inline.arity != len(step.inputs):
                 inline = None
@@ -320,7 +351,11 @@ class GraphModule(nn.Module):
             # Before any comparison: Dynamo traces plain module calls, and no Python state is consulted.
             inputs = args if not kwargs and len(args) == len(self._plan.input_names) else self._bind(args, kwargs)
             return self._runtime.unchecked(self, *inputs)
-        return self._runtime.execute(self, args, kwargs)
+        try:
+            return self._runtime.execute(self, args, kwargs)
+        except HndlError:
+            reshard_after_failure(self)  # FSDP2 gathered parameters in its pre-forward hook: put them back
+            raise
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         names = self._plan.input_names
@@ -395,9 +430,16 @@ class GraphModule(nn.Module):
         # The registered state matches the build: this is the state to record. A record that still matches it
         # describes the same state and is kept.
         if not recorded:
-            stores = take_record(self, [m for m in leaves if m is not None])
+            stores = take_record(self, self._watched(leaves))
+        running, modules, called = self._effective()
         values: dict[str, Any] = dict(zip(plan.input_ids, inputs))
-        run_checked(plan.steps, leaves, values, env, plan.last_use)  # type: ignore[arg-type]
+        # A block called through its hooks (FSDP2 gathers its parameters there) runs its steps with these checks.
+        token = validating.set(partial(self._validate_block, env, called)) if called else None
+        try:
+            run_checked(running.steps, modules, values, env, running.last_use)  # type: ignore[arg-type]
+        finally:
+            if token is not None:
+                validating.reset(token)
         with self._lock:
             self._install(leaves, stores, verified=True)
             if sig is not None:
@@ -405,6 +447,25 @@ class GraphModule(nn.Module):
                 if self._symbolic is not None:
                     self._symbolic.validated(sig)
         outs = tuple(values[v] for v in plan.output_ids)
+        return outs[0] if len(outs) == 1 else outs
+
+    def _validate_block(
+        self, env: dict[str, Any], called: set[int], block: nn.Module, program: Any, inputs: Any
+    ) -> Any:
+        """Run a called block's steps with the validation's checks (``_blocks.validating``), or NotImplemented
+        for a block that is not one of this model's."""
+        groups = self._plan.groups
+        index = next((i for i, g in enumerate(groups) if g.qualname == program.qualname), None)
+        if index is None or self.node_module(groups[index].path) is not block:
+            return NotImplemented
+        group = groups[index]
+        steps = collapse(self._plan, group.start, group.stop, called, inside=index)
+        last_use = {v: position for position, step in enumerate(steps) for v in (*step.inputs, *step.outputs)}
+        last_use.update(dict.fromkeys(group.outputs, len(steps)))
+        values: dict[str, Any] = dict(zip(group.inputs, inputs))
+        modules = [self.node_module(step.node.path) for step in steps]
+        run_checked(steps, modules, values, env, last_use)  # type: ignore[arg-type]
+        outs = tuple(values[v] for v in group.outputs)
         return outs[0] if len(outs) == 1 else outs
 
     def _admit(self, sig: tuple[Any, ...], inputs: tuple[Any, ...]) -> bool:
@@ -493,6 +554,11 @@ class GraphModule(nn.Module):
         """Inputs satisfying every contract (``B=4``; others default): see :func:`hndl.torch.example_inputs`."""
         return _export.example_inputs(self, **dims)
 
+    def shard_units(self) -> list[nn.Module]:
+        """The modules to pass to FSDP2's ``fully_shard``, the blocks first and this model last, tied parameters
+        kept in one unit: see :func:`hndl.torch._shard.shard_units`."""
+        return _shard.shard_units(self)
+
     def dynamic_shapes(self, **dims: Any) -> tuple[tuple[dict[int, Any], ...]]:
         """``torch.export`` dynamic dims, one per symbol: see :func:`hndl.torch.dynamic_shapes`."""
         return _export.dynamic_shapes(self, **dims)
@@ -521,8 +587,11 @@ class _Missing:
 _MISSING = _Missing()
 
 
-def _fast_failure(compiled: Compiled, self: GraphModule, exc: BaseException) -> None:
-    """A layer raised on the fast path: find its step from the traceback line and raise E_RUNTIME from it."""
+def _fast_failure(compiled: Compiled, plan: Plan, self: GraphModule, exc: BaseException) -> None:
+    """A layer raised on the fast path: find its step from the traceback line and raise E_RUNTIME from it. An
+    ``HndlError`` (from inside a called block, which names its own layer) goes on as it is."""
+    if isinstance(exc, HndlError):
+        return
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename != compiled.filename:
         tb = tb.tb_next
@@ -531,4 +600,4 @@ def _fast_failure(compiled: Compiled, self: GraphModule, exc: BaseException) -> 
         raise HndlError(Problem("E_RUNTIME", f"the call failed: {type(exc).__name__}: {exc}")) from exc
     frame_locals = tb.tb_frame.f_locals
     ins = [frame_locals.get(name) for name in compiled.step_locals[index]]
-    raise layer_failure(self._plan.steps[index].node, ins, exc) from exc
+    raise layer_failure(plan.steps[index].node, ins, exc) from exc

@@ -116,8 +116,13 @@ class BuildState:
             parent = parent.rpartition(".")[0]
         return None, None
 
-    def diff(self, root: nn.Module) -> list[tuple[str | None, str | None, str]]:
+    def diff(
+        self, root: nn.Module, cast: Mapping[int, torch.dtype] | None = None
+    ) -> list[tuple[str | None, str | None, str]]:
         """How the live tree differs from the build: ``(node, op, change)`` per difference, in tree order.
+
+        ``cast`` maps ``id(module)`` to a dtype its parameters may also have, on purpose: FSDP2's mixed precision
+        registers a unit's unsharded parameters in its ``param_dtype`` while it runs (``._fsdp.cast_dtypes``).
 
         Detected: a module added, removed, set to ``None``, replaced by a class that is not a subclass of the
         built one (``__class__`` swaps included), or given its own ``forward``; a parameter or buffer added,
@@ -159,8 +164,9 @@ class BuildState:
             transformed = type(module) is not expected.type or any(
                 name not in store for _kind, store, names in stores for name in names
             )
+            also = (cast or {}).get(id(module))
             for kind, store, names in stores:
-                changes.extend(self._tensor_changes(path, module, kind, store, names, transformed))
+                changes.extend(self._tensor_changes(path, module, kind, store, names, transformed, also))
             for name in expected.children:
                 child_path = f"{path}.{name}" if path else name
                 if name not in module._modules:
@@ -176,7 +182,14 @@ class BuildState:
         return changes
 
     def _tensor_changes(
-        self, path: str, module: nn.Module, kind: str, store: dict[str, Any], names: tuple[str, ...], transformed: bool
+        self,
+        path: str,
+        module: nn.Module,
+        kind: str,
+        store: dict[str, Any],
+        names: tuple[str, ...],
+        transformed: bool,
+        also: torch.dtype | None = None,
     ) -> list[tuple[str | None, str | None, str]]:
         changes: list[tuple[str | None, str | None, str]] = []
         for name in names:
@@ -205,7 +218,10 @@ class BuildState:
                         f"{kind} '{full}' has shape {list(tensor_shape(value))}, the build made {list(slot.shape or ())}",
                     )
                 )
-            elif slot.dtype is not None and tensor_dtype(value) != slot.dtype:
+            elif slot.dtype is not None and tensor_dtype(value) not in (
+                slot.dtype,
+                also if kind == "parameter" else None,
+            ):
                 changes.append(
                     (
                         slot.node,

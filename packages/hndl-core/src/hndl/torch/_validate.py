@@ -20,6 +20,7 @@ from .._dims import DimError, evaluate, format_dim, free_symbols
 from .._errors import HndlError, Problem, describe_node
 from .._plan import Step
 from ..naming import dtype_name
+from ._fsdp import cast_dtypes
 from ._select import OutputIndexError
 from ._state import BuildState
 
@@ -44,12 +45,13 @@ def shape_text(value: Any) -> str:
 
 
 def check_inputs(
-    checked: CheckedGraph, inputs: Sequence[Any], model_dtype: torch.dtype | None = None
+    checked: CheckedGraph, inputs: Sequence[Any], model_dtype: tuple[torch.dtype, ...] | None = None
 ) -> dict[str, Any]:
     """Match each input against its contract; return the symbol bindings.
 
-    ``model_dtype`` is the one floating dtype of the model's parameters (see :func:`parameter_dtype`): an input
-    declared as any floating dtype must then have it, or the first layer would fail on the mix.
+    ``model_dtype`` is the one floating dtype of the model's parameters, then any dtype FSDP2's mixed precision
+    computes them in (see :func:`parameter_dtype`): an input declared as any floating dtype must have one of
+    them, or the first layer would fail on the mix.
 
     Raises:
         HndlError: E_INPUT naming the input, the dim, expected vs actual and the bindings so far.
@@ -87,7 +89,7 @@ def check_inputs(
                 f"dtype must be {contract.dtype}, got {actual_dtype}", expected=contract.dtype, actual=actual_dtype
             )
         if _mixes_with(value, contract.dtype, model_dtype):
-            model = dtype_name(model_dtype)
+            model = dtype_name(model_dtype[0])  # type: ignore[index]
             raise fail(
                 f"dtype {actual_dtype} does not match the model's {model} parameters",
                 expected=model,
@@ -144,16 +146,21 @@ def _all_nodes(checked: CheckedGraph) -> list[CheckedNode]:
 _CONVERT = {"float32": "float", "float64": "double", "float16": "half", "bfloat16": "bfloat16"}
 
 
-def parameter_dtype(module: nn.Module) -> torch.dtype | None:
-    """The floating dtype all of ``module``'s floating parameters share; None when it has none, or several."""
+def parameter_dtype(module: nn.Module) -> tuple[torch.dtype, ...] | None:
+    """The floating dtypes an input declared ``float`` may have: first the one floating dtype all of
+    ``module``'s floating parameters share, then any dtype FSDP2's mixed precision computes them in (its units
+    cast their floating inputs to it). None when the parameters have no floating dtype, or several."""
     found = {p.dtype for p in module.parameters() if p.is_floating_point()}
-    return found.pop() if len(found) == 1 else None
+    if len(found) != 1:
+        return None
+    (own,) = found
+    return (own, *sorted(set(cast_dtypes(module).values()) - found, key=str))
 
 
-def _mixes_with(value: torch.Tensor, declared: str, model_dtype: torch.dtype | None) -> bool:
+def _mixes_with(value: torch.Tensor, declared: str, model_dtype: tuple[torch.dtype, ...] | None) -> bool:
     """Whether ``value``, declared as any floating dtype, is a float of another dtype than the model's parameters.
     An input declared with one exact dtype is taken at its word, and autocast casts the mix itself."""
-    if model_dtype is None or declared != "float" or not value.is_floating_point() or value.dtype == model_dtype:
+    if model_dtype is None or declared != "float" or not value.is_floating_point() or value.dtype in model_dtype:
         return False
     return not (value.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(value.device.type))
 
@@ -198,7 +205,7 @@ def check_state(state: BuildState, root: nn.Module, locations: Mapping[str, str 
         HndlError: E_RUNTIME, one problem per change, each ``registered state of <op> '<node>' no longer
             matches the build: <change>``.
     """
-    changes = state.diff(root)
+    changes = state.diff(root, cast_dtypes(root))
     if not changes:
         return
     problems = []
@@ -391,6 +398,8 @@ def run_checked(
             result = module(*ins)
         except OutputIndexError as exc:  # op module's 'output' selects a value the module does not return
             raise HndlError(node.problem("E_CONTRACT", str(exc), expected="'output' within the result")) from exc
+        except HndlError:  # from inside a called block: it names its own layer
+            raise
         except Exception as exc:
             raise layer_failure(node, ins, exc) from exc
         count = len(step.outputs)
