@@ -138,6 +138,24 @@ def test_fsdp2_shards_zoo_gpt2_by_its_units_keeping_the_tied_head_in_the_root(tm
         assert result["validations"] == 1
 
 
+def _whole_batch_losses() -> list[float]:
+    x, y = dist_worker.data()
+    return dist_worker.train(dist_worker.make_blocks_model(), x, y, world=1)
+
+
+@pytest.mark.parametrize("schedule", ["ScheduleGPipe", "Schedule1F1B"])
+def test_a_two_stage_pipeline_cut_from_the_graph_trains_like_one_process(tmp_path, schedule):
+    pytest.importorskip("torch.distributed.pipelining")
+    reference = _whole_batch_losses()
+    results = spawn(f"pipeline_{schedule}", tmp_path)
+    assert results[0]["first"] == "stem"
+    assert results[1]["first"] == "blocks.2.up"
+    assert results[1]["stage_keys"] == ["nodes.n_blocks.2.n_down.bias", "nodes.n_blocks.2.n_down.weight"]
+    for rank, result in enumerate(results):
+        # Microbatch means summed in another order than the whole batch's: equal to float32 rounding.
+        assert result["losses"] == pytest.approx(reference, rel=1e-5), f"rank {rank}"
+
+
 def test_a_hung_rank_becomes_a_failure_with_every_ranks_output(tmp_path):
     with pytest.raises(pytest.fail.Exception) as err:
         spawn("hang", tmp_path, timeout_s=15)

@@ -314,6 +314,49 @@ def fsdp_gpt2(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str)
     }
 
 
+def pipeline(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str, schedule_name: str) -> dict[str, Any]:
+    """A 2-stage pipeline cut from the graph (model.pipeline_stages), run by torch.distributed.pipelining on the
+    whole global batch in 4 microbatches; the reference is the whole model in one process."""
+    from torch.distributed import pipelining
+
+    x, y = data()  # every rank sees the global batch: stage 0 feeds x, the last stage compares with y
+    microbatches = 4
+    model = make_blocks_model()
+    stages = model.pipeline_stages(["blocks.2"])
+    stage = stages[rank]
+    mb = GLOBAL_BATCH // microbatches
+    pipe = pipelining.PipelineStage(
+        stage,
+        rank,
+        world,
+        torch.device("cpu"),
+        input_args=stage.example_args(B=mb),
+        output_args=stage.example_outputs(B=mb),
+    )
+
+    def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        # The mean over a microbatch; the schedule divides the summed gradients by the number of microbatches
+        # (scale_grads), which makes them the whole batch's mean's.
+        return torch.nn.functional.mse_loss(output, target)
+
+    schedule_class = getattr(pipelining, schedule_name)
+    schedule = schedule_class(pipe, n_microbatches=microbatches, loss_fn=loss_fn)
+    optimizer = torch.optim.SGD(stage.parameters(), lr=LR)
+    losses: list[float] = []
+    for _ in range(STEPS):
+        optimizer.zero_grad()
+        step_losses: list[torch.Tensor] = []
+        if rank == 0:
+            schedule.step(x)
+        else:
+            schedule.step(target=y, losses=step_losses)
+        optimizer.step()
+        total = torch.tensor(float(sum(float(v) for v in step_losses)) / microbatches)
+        dist.broadcast(total, src=world - 1)
+        losses.append(float(total))
+    return {"losses": losses, "stage_keys": sorted(stage.state_dict())[:2], "first": stage.first}
+
+
 def main() -> None:
     scenario, rank, world, port, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     if scenario == "hang":  # stands in for a hung teardown: the test's timeout must turn it into a failure
@@ -333,6 +376,8 @@ def main() -> None:
             result = fsdp_blocks(rank, world, x, y, out)
         elif scenario == "fsdp_gpt2":
             result = fsdp_gpt2(rank, world, x, y, out)
+        elif scenario.startswith("pipeline_"):
+            result = pipeline(rank, world, x, y, out, scenario.removeprefix("pipeline_"))
         else:
             result = fsdp(rank, world, x, y, out, per_node=scenario == "fsdp_per_node")
     except Exception as exc:
