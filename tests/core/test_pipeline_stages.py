@@ -4,6 +4,8 @@ GPipe and 1F1B runs are in test_interop_distributed.py."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from dist_worker import make_blocks_model
@@ -26,7 +28,7 @@ def test_chained_stages_compute_the_model(split_at):
     x = torch.randn(5, 6)
     assert torch.equal(chain(stages, x), model(x))
     # Stage k takes exactly what stage k-1 gives, in order: what torch.distributed.pipelining passes on.
-    for before, after in zip(stages, stages[1:]):
+    for before, after in itertools.pairwise(stages):
         assert before.outputs == after.inputs
 
 
@@ -101,7 +103,7 @@ def test_a_parameter_tied_across_stages_is_refused():
 
 def test_a_layer_failing_in_a_stage_is_named():
     model = make_blocks_model()
-    first, second = model.pipeline_stages(["blocks.2"])
+    _first, second = model.pipeline_stages(["blocks.2"])
     with pytest.raises(hndl.HndlError) as err:
         second(torch.randn(2, 5))
     assert err.value.problems[0].code == "E_RUNTIME"

@@ -24,6 +24,7 @@ model is called whole, and inside a pipeline the values are torch's to pass. A p
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -271,7 +272,7 @@ def pipeline_stages(
         return [v for v in order if made[v] < cut <= last_read.get(v, -1)]
 
     stages: list[Stage] = []
-    for number, (start, stop) in enumerate(zip(bounds, bounds[1:])):
+    for number, (start, stop) in enumerate(itertools.pairwise(bounds)):
         stages.append(Stage(model, number, plan.steps[start:stop], crossing(start), crossing(stop), types))
     _refuse_ties_across(stages)
     return stages
