@@ -40,8 +40,24 @@ def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     return [x]
 
 
+#: What a mask of each rank means: below rank 4 a mask always starts with the batch, and is read as rank 4 by
+#: inserting the dims it lacks (torch's right-aligned broadcasting would read a padding mask ``[B, S]`` as
+#: ``[T, S]``, which is silently wrong when ``B == T``).
+MASK_FORMS = {2: "a padding mask [B, S]", 3: "[B, T, S]", 4: "broadcastable to [B, num_heads, T, S]"}
+
+
+def mask_as_rank4(shape: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A static mask shape as the layer reads it: ``[B, S]`` -> ``[B, 1, 1, S]``, ``[B, T, S]`` -> ``[B, 1, T, S]``."""
+    if len(shape) == 2:
+        return (shape[0], 1, 1, shape[1])
+    if len(shape) == 3:
+        return (shape[0], 1, shape[1], shape[2])
+    return shape
+
+
 def _check_mask(p: Params, x: TensorType, kv: TensorType | None, mask: TensorType) -> None:
-    """A mask must be bool or x's floating dtype, and broadcast to ``[B, num_heads, T, S]``."""
+    """A mask must be bool or x's floating dtype, of rank 2 (``[B, S]``), 3 (``[B, T, S]``) or 4, and cover the
+    scores ``[B, num_heads, T, S]``."""
     if dtype_satisfies(mask.dtype, "bool") is not True and dtype_satisfies(mask.dtype, "float") is False:
         raise InferError(
             f"the mask's dtype is {mask.dtype}",
@@ -54,23 +70,27 @@ def _check_mask(p: Params, x: TensorType, kv: TensorType | None, mask: TensorTyp
         return
     keys = x.shape if kv is None or kv.shape is None or open_at(kv.shape) is not None else kv.shape
     scores = (x.shape[0], p.num_heads, x.shape[1], keys[1])
-    if len(mask.shape) > 4:
+    rank = len(mask.shape)
+    if rank not in MASK_FORMS:
         raise InferError(
-            f"the mask has rank {len(mask.shape)}",
+            f"the mask has rank {rank}",
             port="mask",
-            expected="rank <= 4, broadcastable to [B, num_heads, T, S]",
+            expected="rank 2 [B, S] (padding), rank 3 [B, T, S] or rank 4 broadcastable to [B, num_heads, T, S]",
             actual=format_shape(mask.shape),
+            hint="a padding mask is [B, S]: true (or 0.0) where a key may be attended to",
         )
     try:
-        broadcast_shapes(scores, mask.shape, ("scores", "mask"))
+        broadcast_shapes(scores, mask_as_rank4(mask.shape), ("scores", "mask"))
     except InferError as exc:
+        what = {2: "padding mask ", 3: "mask ", 4: "mask "}[rank]
+        read = "" if rank == 4 else f" (read as {format_shape(mask_as_rank4(mask.shape))})"
         raise InferError(
-            f"the mask {format_shape(mask.shape)} does not broadcast to the attention scores "
+            f"the {what}{format_shape(mask.shape)}{read} does not broadcast to the attention scores "
             f"[B, num_heads, T, S] = {format_shape(scores)}",
             port="mask",
-            expected=f"broadcastable to {format_shape(scores)}",
+            expected=f"{MASK_FORMS[rank]}, with {format_shape(scores)} for [B, num_heads, T, S]",
             actual=format_shape(mask.shape),
-            hint="a padding mask [B, S] must be reshaped to [B, 1, 1, S]",
+            hint="a mask below rank 4 starts with the batch: [B, S] (padding) or [B, T, S]",
         ) from exc
 
 
@@ -87,14 +107,20 @@ def _check_mask(p: Params, x: TensorType, kv: TensorType | None, mask: TensorTyp
     inputs=[
         Port("x", ["B", "T", "embed_dim"], doc="batch, sequence, features: the queries (and keys and values)"),
         Port("kv", ["B", "S", "kdim"], optional=True, doc="cross-attention: the sequence keys and values come from"),
-        Port("mask", None, dtype="any", when="masked", doc="bool (true: attend) or additive float mask"),
+        Port(
+            "mask",
+            None,
+            dtype="any",
+            when="masked",
+            doc="bool (true: attend) or additive float: [B, S] (padding), [B, T, S], or rank 4",
+        ),
     ],
     outputs=[Port("y", ["B", "T", "embed_dim"], dtype="same:x")],
     infer=_attention_infer,
     module="hndl.torch.layers.SelfAttention or CrossAttention",
     inference=(
-        "num_heads must divide embed_dim; kdim (the kv input's width) must be an int; the mask must broadcast "
-        "to [B, num_heads, T, S] (S = T without kv)"
+        "num_heads must divide embed_dim; kdim (the kv input's width) must be an int; the mask is [B, S] "
+        "(padding), [B, T, S] or of rank 4 broadcastable to [B, num_heads, T, S] (S = T without kv)"
     ),
     example={"op": "attention", "num_heads": 12, "causal": True},
     input_shape_example=["B", "T", 768],
@@ -106,9 +132,10 @@ def attention(p: Params, inputs: Sequence[TensorType]) -> Any:
     values in that order) and ``proj`` (``Linear(D, D)``), the GPT-2 layout. With a second input ``kv``
     (``[B, S, E]``, any width ``E``) it is cross-attention: ``q`` (``Linear(D, D)``) projects ``x``, ``kv``
     (``Linear(E, 2D)``, keys then values) the second input, then ``proj``. With ``masked: true`` the last
-    input is a mask broadcastable to ``[B, num_heads, T, S]``: bool (true where a query may attend) or a
-    float added to the scores; a padding mask ``[B, S]`` is reshaped to ``[B, 1, 1, S]`` first. ``causal``
-    combines with a mask. ``embed_dim`` follows from ``x``'s last dim.
+    input is a mask: bool (true where a query may attend) or a float added to the scores. A mask of rank 2 is a
+    padding mask ``[B, S]`` (read as ``[B, 1, 1, S]``), one of rank 3 is ``[B, T, S]`` (read as ``[B, 1, T, S]``),
+    one of rank 4 broadcasts to ``[B, num_heads, T, S]``; a mask below rank 4 always starts with the batch, even
+    where ``B`` and ``T`` are equal. ``causal`` combines with a mask. ``embed_dim`` follows from ``x``'s last dim.
     """
     from ..torch.layers import CrossAttention, SelfAttention
 

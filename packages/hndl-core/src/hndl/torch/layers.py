@@ -198,6 +198,7 @@ class SelfAttention(nn.Module):
                 q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=self.causal
             )
         else:
+            mask = as_rank4(mask)
             y = F.scaled_dot_product_attention(
                 q,
                 k,
@@ -209,6 +210,19 @@ class SelfAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, causal={self.causal}, dropout={self.dropout}"
+
+
+def as_rank4(mask: Tensor) -> Tensor:
+    """A mask read as rank 4 against the scores ``[B, H, T, S]``: a padding mask ``[B, S]`` becomes
+    ``[B, 1, 1, S]`` and ``[B, T, S]`` becomes ``[B, 1, T, S]``. Below rank 4 a mask starts with the batch;
+    torch's right-aligned broadcasting would read ``[B, S]`` as ``[T, S]``, silently wrong when ``B == T``."""
+    if mask.dim() == 2:
+        return mask[:, None, None, :]
+    if mask.dim() == 3:
+        return mask[:, None]
+    if mask.dim() != 4:
+        raise ValueError(f"a mask has rank 2 [B, S], 3 [B, T, S] or 4, got shape {list(mask.shape)}")
+    return mask
 
 
 def _with_causal(mask: Tensor, t: int, s: int) -> Tensor:
@@ -225,7 +239,8 @@ class CrossAttention(nn.Module):
 
     ``q`` (``Linear(D, D)``) projects the queries, ``kv`` (``Linear(E, 2D)``) the keys and values (in that
     order), heads of ``D // num_heads`` are combined by :func:`torch.nn.functional.scaled_dot_product_attention`
-    with an optional mask broadcastable to ``[B, num_heads, T, S]``, and ``proj`` (``Linear(D, D)``) maps the
+    with an optional mask (``[B, S]``, ``[B, T, S]`` or broadcastable to ``[B, num_heads, T, S]``, see
+    :func:`as_rank4`), and ``proj`` (``Linear(D, D)``) maps the
     heads back.
     """
 
@@ -263,6 +278,7 @@ class CrossAttention(nn.Module):
         if mask is None:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=self.causal)
         else:
+            mask = as_rank4(mask)
             attn_mask = _with_causal(mask, t, s) if self.causal else mask
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
         return self.proj(y.transpose(1, 2).contiguous().view(b, t, d))
