@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ._check import CheckedGraph, CheckedNode
+from ._check import CheckedGraph, CheckedNode, repetition_inputs
 
 __all__ = ["Plan", "Step", "lower"]
 
@@ -85,12 +85,13 @@ def _flatten_into(cg: CheckedGraph, alias: dict[str, str], steps: list[Step]) ->
 
     for node in cg.nodes:
         if node.body:
-            current = [resolve(v) for v in node.inputs]
+            outer = [resolve(v) for v in node.inputs]
+            previous: list[str] | None = None
             for sub in node.body:
-                inner_alias = dict(zip(sub.input_ids, current))
+                inner_alias = dict(zip(sub.input_ids, repetition_inputs(node, outer, previous)))
                 _flatten_into(sub, inner_alias, steps)
-                current = [inner_alias.get(v, v) for v in sub.output_ids]
-            for out_id, value in zip(node.outputs, current):
+                previous = [inner_alias.get(v, v) for v in sub.output_ids]
+            for out_id, value in zip(node.outputs, previous or []):
                 alias[out_id] = value
         else:
             steps.append(Step(node, tuple(resolve(v) for v in node.inputs), tuple(node.outputs)))

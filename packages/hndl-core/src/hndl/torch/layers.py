@@ -13,8 +13,12 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from ._attention_layers import SDPA, Attention, AttentionMask, RelativePositionBias, Rotary, as_rank4
+
 __all__ = [
     "Add",
+    "Attention",
+    "AttentionMask",
     "Concat",
     "CrossAttention",
     "GRU",
@@ -27,7 +31,10 @@ __all__ = [
     "Pad",
     "Permute",
     "Positions",
+    "RelativePositionBias",
     "Reshape",
+    "Rotary",
+    "SDPA",
     "Scale",
     "Select",
     "SelfAttention",
@@ -210,19 +217,6 @@ class SelfAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, causal={self.causal}, dropout={self.dropout}"
-
-
-def as_rank4(mask: Tensor) -> Tensor:
-    """A mask read as rank 4 against the scores ``[B, H, T, S]``: a padding mask ``[B, S]`` becomes
-    ``[B, 1, 1, S]`` and ``[B, T, S]`` becomes ``[B, 1, T, S]``. Below rank 4 a mask starts with the batch;
-    torch's right-aligned broadcasting would read ``[B, S]`` as ``[T, S]``, silently wrong when ``B == T``."""
-    if mask.dim() == 2:
-        return mask[:, None, None, :]
-    if mask.dim() == 3:
-        return mask[:, None]
-    if mask.dim() != 4:
-        raise ValueError(f"a mask has rank 2 [B, S], 3 [B, T, S] or 4, got shape {list(mask.shape)}")
-    return mask
 
 
 def _with_causal(mask: Tensor, t: int, s: int) -> Tensor:
