@@ -460,7 +460,8 @@ def _attention_mask_infer(p: Params, inputs: Sequence[TensorType]) -> list[Tenso
         Param("causal", "bool", default=False, doc="fold in the causal pattern: query i sees keys 0..i"),
         Param("window", "int", default=None, nullable=True, min=1, doc="with causal: only the window latest keys"),
     ],
-    inputs=[Port("padding", ["B", "S"], dtype="bool", doc="true for a real token, false for padding")],
+    # dtype "any": the inference refuses anything but bool itself, with the fix for transformers' 1/0 masks.
+    inputs=[Port("padding", ["B", "S"], dtype="any", doc="bool: true for a real token, false for padding")],
     outputs=[Port("y", ["B", 1, "S", "S"], dtype="bool")],
     infer=_attention_mask_infer,
     module="hndl.torch.layers.AttentionMask",
