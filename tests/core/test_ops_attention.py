@@ -215,7 +215,8 @@ def test_llama3_scaling_divides_low_frequencies_and_keeps_high_ones():
     assert torch.equal(scaled[high], plain[high])
     assert torch.equal(scaled[low], plain[low] / 8)
     middle = ~high & ~low
-    assert middle.any() and ((scaled[middle] < plain[middle]) & (scaled[middle] > plain[middle] / 8)).all()
+    assert middle.any()
+    assert ((scaled[middle] < plain[middle]) & (scaled[middle] > plain[middle] / 8)).all()
     linear = _attention_layers.rope_frequencies(64, 10000.0, {"rope_type": "linear", "factor": 2.0})
     assert torch.equal(linear, _attention_layers.rope_frequencies(64, 10000.0) / 2)
 

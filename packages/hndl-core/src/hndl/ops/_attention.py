@@ -474,8 +474,9 @@ def attention_mask(p: Params, inputs: Sequence[TensorType]) -> Any:
 
     Query ``i`` may attend to key ``j`` when ``j`` is a real token, and with ``causal`` when ``j <= i`` (with
     ``window``, also ``j > i - window``). Made once at the top of a model and passed to every layer (``masked``
-    attention, through ``repeat``'s ``shared`` inputs), as transformers builds its mask once per forward. A query
-    row with no key allowed (left padding under ``causal``) gives zeros in SDPA.
+    attention, through ``repeat``'s ``shared`` inputs), as transformers builds its mask once per forward. What a
+    query row with no key allowed gives (left padding under ``causal``) is SDPA's answer: zeros with torch 2.13
+    and 2.14.
     """
     from ..torch.layers import AttentionMask
 
