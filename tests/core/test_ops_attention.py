@@ -12,6 +12,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from op_helpers import infer, problem, runs_as_inferred
 
 import hndl
@@ -536,3 +538,37 @@ def test_a_model_with_rotary_frequencies_saves_and_loads_as_one_file(tmp_path):
     loaded = hndl.load_model(tmp_path / "m.safetensors").eval()
     x = torch.randn(2, 5, 16)
     assert torch.equal(loaded(x), model(x))
+
+
+# --- the mask's shape rule against torch ------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.tuples(*(st.integers(1, 4) for _ in range(4))),
+    rank=st.sampled_from([1, 2, 3, 4, 5]),
+    picks=st.lists(st.sampled_from(["own", "one", "other"]), min_size=5, max_size=5),
+)
+def test_a_mask_checks_exactly_when_the_layer_can_apply_it(sizes, rank, picks):
+    """For int sizes, the static check accepts a mask exactly when the layer's reading of it (``as_rank4``)
+    broadcasts against the scores ``[B, H, T, S]`` in torch."""
+    b, h, t, s = sizes
+    dims = {2: (b, s), 3: (b, t, s), 4: (b, h, t, s)}.get(rank, (b, h, t, s, 1)[:rank])
+    shape = tuple(d if pick == "own" else 1 if pick == "one" else d + 1 for d, pick in zip(dims, picks))
+    g = hndl.Graph("t")
+    x, kv = g.input("x", (b, t, 4 * h)), g.input("kv", (b, s, 8))
+    m = g.input("m", shape, dtype="bool")
+    g.output(g.add("attention", [x, kv, m], name="attn", num_heads=h, masked=True))
+    try:
+        hndl.check(g)
+        ports: list[str | None] = []
+    except hndl.HndlError as err:
+        ports = [p.port for p in err.problems]
+    assert ports in ([], ["mask"])
+    static = not ports
+    try:
+        torch.broadcast_shapes(_attention_layers.as_rank4(torch.zeros(shape)).shape, (b, h, t, s))
+        runtime = True
+    except (RuntimeError, ValueError):
+        runtime = False
+    assert static == runtime, (sizes, shape)
