@@ -299,7 +299,8 @@ def test_attention_mask_folds_padding_with_causal_and_window():
 def test_attention_mask_errors():
     p = problem("attention_mask", ("B", "S"), dtypes=["int64"])
     assert (p.code, p.port) == ("E_DTYPE", "padding")
-    assert p.hint == "pass attention_mask.bool() and declare the input with dtype: bool"
+    assert p.message == "needs dtype bool, got int64"
+    assert p.hint == "declare the input's dtype: bool, and pass a bool tensor (mask.bool() for a 1/0 mask in torch)"
     p = problem("attention_mask", ("B", "S"), dtypes=["bool"], window=3)
     assert p.code == "E_PARAM"
 

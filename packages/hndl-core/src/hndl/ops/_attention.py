@@ -432,15 +432,6 @@ def sdpa(p: Params, inputs: Sequence[TensorType]) -> Any:
 def _attention_mask_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     _check_window(p)
     padding = inputs[0]
-    if dtype_satisfies(padding.dtype, "bool") is not True:
-        raise InferError(
-            f"the padding mask's dtype is {padding.dtype}",
-            code="E_DTYPE",
-            port="padding",
-            expected="bool (true: a real token)",
-            actual=padding.dtype,
-            hint="pass attention_mask.bool() and declare the input with dtype: bool",
-        )
     shape = padding.shape
     if shape is None or open_at(shape) is not None:
         return [TensorType(None, "bool")]
@@ -460,8 +451,7 @@ def _attention_mask_infer(p: Params, inputs: Sequence[TensorType]) -> list[Tenso
         Param("causal", "bool", default=False, doc="fold in the causal pattern: query i sees keys 0..i"),
         Param("window", "int", default=None, nullable=True, min=1, doc="with causal: only the window latest keys"),
     ],
-    # dtype "any": the inference refuses anything but bool itself, with the fix for transformers' 1/0 masks.
-    inputs=[Port("padding", ["B", "S"], dtype="any", doc="bool: true for a real token, false for padding")],
+    inputs=[Port("padding", ["B", "S"], dtype="bool", doc="true for a real token, false for padding")],
     outputs=[Port("y", ["B", 1, "S", "S"], dtype="bool")],
     infer=_attention_mask_infer,
     module="hndl.torch.layers.AttentionMask",
