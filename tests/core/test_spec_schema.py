@@ -365,3 +365,16 @@ def test_references_inside_lists_are_valid_where_the_graph_declares_parameters()
     assert not VALIDATOR.is_valid(unparametrised)
     with pytest.raises(hndl.HndlError):
         hndl.check(hndl.loads(hndl.flow_yaml(unparametrised)))
+
+
+def test_every_zoo_spec_is_valid_to_the_schema() -> None:
+    # The zoo's transformer specs write references inside a parameter's mapping (rope: {theta: $rope_theta}),
+    # which the schema once refused while the checker accepted them.
+    import yaml
+
+    import hndl.zoo
+
+    for name in hndl.zoo.names():
+        doc = yaml.safe_load(hndl.zoo.spec_text(name))
+        errors = [e.message for e in StrictValidator(SCHEMA).iter_errors(doc)]
+        assert errors == [], name

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ._contracts import Contract, TensorType, dtype_satisfies, format_shape
 from ._dims import DimError
@@ -37,7 +37,9 @@ from ._resolve import order_nodes, output_count, resolve_op, resolve_ref, valida
 from .naming import excerpt, suggestion
 from .ops._common import Requirement, collect_requirements
 
-__all__ = ["MAX_EXPANDED_NODES", "CheckedGraph", "CheckedNode", "check"]
+__all__ = ["MAX_EXPANDED_NODES", "CheckedGraph", "CheckedNode", "check", "repetition_inputs"]
+
+T = TypeVar("T")
 
 #: The most leaf nodes a graph may expand to, subgraph repetitions included: ``repeat`` is at most 1,000 per
 #: node, but repetitions nest, and three levels of 1,000 would be a billion nodes to check and build.
@@ -69,6 +71,9 @@ class CheckedNode:
     ties: dict[str, str] = field(default_factory=dict)
     # Bounds its shape arithmetic puts on symbolic dims (H >= 7), checked against the inputs on each validating call.
     requires: list[Requirement] = field(default_factory=list)
+    #: op 'graph': for each input of the subgraph, whether every repetition reads it from the node's inputs
+    #: (``shared``) rather than from the previous repetition's outputs; empty: none is.
+    shared: tuple[bool, ...] = ()
 
     @property
     def op(self) -> str:
@@ -94,6 +99,18 @@ class CheckedGraph:
     @property
     def output_types(self) -> list[TensorType]:
         return [self.types[v] for v in self.output_ids]
+
+
+def repetition_inputs(node: CheckedNode, outer: Sequence[T], previous: Sequence[T] | None) -> list[T]:
+    """What one repetition of a ``graph`` node reads, given the node's own inputs ``outer`` and the previous
+    repetition's outputs (``None`` for the first): its shared inputs and the first repetition's come from
+    ``outer``; every other input takes the previous outputs, in order. The checker, the plan and the summary all
+    feed repetitions through this one function."""
+    if previous is None:
+        return list(outer)
+    carried = iter(previous)
+    shared = node.shared or (False,) * len(outer)
+    return [value if is_shared else next(carried) for value, is_shared in zip(outer, shared)]
 
 
 def check(graph: Graph) -> CheckedGraph:
@@ -441,17 +458,37 @@ class _Checker:
                 actual=", ".join(node.inputs) or "none",
             )
             return None
-        if repeat > 1 and len(sub.outputs) != len(sub.inputs):
+        shared = checked.params.get("shared") or ()
+        unknown = [s for s in shared if s not in sub.inputs]
+        if unknown:
+            report(
+                "E_REF",
+                f"shared names {excerpt(unknown[0])}, which is no input of graph {name!r}",
+                key="shared",
+                expected="names of " + ", ".join(sub.inputs),
+                actual=list(shared),
+                hint=suggestion(unknown[0], list(sub.inputs)),
+            )
+            return None
+        checked.shared = tuple(n in shared for n in sub.inputs) if shared else ()
+        carried = [n for n in sub.inputs if n not in shared]
+        if repeat > 1 and len(sub.outputs) != len(carried):
+            what = f"inputs not shared ({', '.join(carried) or 'none'})" if shared else "inputs"
             report(
                 "E_PARAM",
-                f"repeat needs graph {name!r} to have as many outputs as inputs, it has {len(sub.outputs)} and {len(sub.inputs)}",
+                f"repeat needs graph {name!r} to have as many outputs as {what}, it has {len(sub.outputs)} and "
+                f"{len(carried)}",
                 key="repeat",
+                hint="each repetition's outputs feed the next one's inputs; name the inputs every repetition "
+                "reads unchanged in shared",
             )
             return None
         self.active.append(name)
         try:
-            current = [t for _, t in ports]
+            outer = [t for _, t in ports]
+            previous: list[TensorType] | None = None
             for r in range(repeat):
+                current = repetition_inputs(checked, outer, previous)
                 if not self._match_subgraph_inputs(name, sub, current, r, report, values[r]):
                     return None
                 types = dict(zip(sub.inputs, current))
@@ -466,10 +503,10 @@ class _Checker:
                 if body is None:
                     return None
                 checked.body.append(body)
-                current = body.output_types
+                previous = body.output_types
         finally:
             self.active.pop()
-        checked.out_types = list(current)
+        checked.out_types = list(previous or [])
         return checked
 
     def _within_node_limit(self) -> bool:

@@ -130,7 +130,10 @@ def _check_weights(model: GraphModule, stored: dict[str, torch.Tensor], tied: di
     """Every name of the build is in the file (or tied to one that is) with the built shape, and nothing else."""
     problems = ProblemList()
     slots = model.build_state.tensors
-    expected = {name: slot for name, slot in slots.items() if slot.shape is not None}
+    # What save wrote: the state_dict's names. A non-persistent buffer (rotary's frequencies) is computed at build,
+    # so it is neither in the file nor expected there.
+    saved = model.state_dict(keep_vars=True)
+    expected = {name: slot for name, slot in slots.items() if slot.shape is not None and name in saved}
     for alias, target in tied.items():
         if alias not in expected or target not in stored:
             problems.append_problem(
