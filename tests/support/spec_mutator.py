@@ -93,6 +93,77 @@ _NESTED_REPEAT = (
     "  c: {inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: relu, in: h}}, outputs: [m]}\n"
 )
 
+
+def nested_subgraphs(levels: int) -> str:
+    """A graph whose subgraph ``g0`` runs ``g1``, which runs ``g2``, ... ``levels`` deep (issue 20: 249 levels,
+    24 KB, were a RecursionError)."""
+    lines = ["hndl: 1", "inputs: {x: {shape: [B, 4]}}", "nodes: {n: {op: graph, graph: g0, in: x}}", "outputs: [n]"]
+    lines.append("graphs:")
+    for i in range(levels):
+        inner = f"{{op: graph, graph: g{i + 1}, in: h}}" if i < levels - 1 else "{op: relu, in: h}"
+        lines.append(f"  g{i}: {{inputs: {{h: {{shape: [B, 4]}}}}, nodes: {{m: {inner}}}, outputs: [m]}}")
+    return "\n".join(lines) + "\n"
+
+
+def graph_parameter_laughs(levels: int, width: int = 10) -> str:
+    """Graph parameters as a "billion laughs": each level passes on ``q: [$q, $q, ...]`` (issue 20: 8 levels,
+    1.4 KB, grew without bound)."""
+    refs = "[" + ", ".join(["$q"] * width) + "]"
+    lines = ["hndl: 1", "inputs: {x: {shape: [B, 4]}}", "nodes: {n: {op: graph, graph: g0, in: x, params: {q: 1}}}"]
+    lines += ["outputs: [n]", "graphs:"]
+    for i in range(levels):
+        inner = (
+            f"{{op: graph, graph: g{i + 1}, in: h, params: {{q: {refs}}}}}" if i < levels - 1 else "{op: relu, in: h}"
+        )
+        lines.append(
+            f"  g{i}: {{params: {{q: 0}}, inputs: {{h: {{shape: [B, 4]}}}}, nodes: {{m: {inner}}}, outputs: [m]}}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def high_rank(rank: int, repeat: int = 1000) -> str:
+    """A reshape to ``rank`` dims, then ``repeat`` relus that take any shape (``[*s]``): issue 20, rank 1,000 took
+    25 s and rank 40,000 was a MemoryError."""
+    return (
+        "hndl: 1\ninputs: {x: {shape: [B]}}\nnodes:\n"
+        f"  r: {{op: reshape, in: x, shape: [-1{',1' * (rank - 1)}]}}\n"
+        f"  n: {{op: graph, graph: g, in: r, repeat: {repeat}}}\n"
+        "outputs: [n]\ngraphs:\n"
+        "  g: {inputs: {h: {shape: ['*s']}}, nodes: {m: {op: relu, in: h}}, outputs: [m]}\n"
+    )
+
+
+def many_relus(per_graph: int, repeat: int) -> str:
+    """``repeat`` repetitions of a chain of ``per_graph`` relus (issue 20: 100 x 999 in 315 bytes made ``hndl
+    summary`` take 40 s and 3.6 GB)."""
+    chain = ", ".join(f"r{i}: {{op: relu, in: {'h' if i == 0 else f'r{i - 1}'}}}" for i in range(per_graph))
+    return (
+        "hndl: 1\ninputs: {x: {shape: [B, 4]}}\n"
+        f"nodes: {{n: {{op: graph, graph: g, in: x, repeat: {repeat}}}}}\noutputs: [n]\ngraphs:\n"
+        f"  g: {{inputs: {{h: {{shape: [B, 4]}}}}, nodes: {{{chain}}}, outputs: [r{per_graph - 1}]}}\n"
+    )
+
+
+SELF_USE = (
+    "hndl: 1\n"
+    "inputs: {x: {shape: [B, 4]}}\n"
+    "nodes: {n: {op: graph, graph: g, in: x}}\n"
+    "outputs: [n]\n"
+    "graphs:\n"
+    "  g: {inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: graph, graph: g, in: h}}, outputs: [m]}\n"
+)
+MUTUAL_USE = SELF_USE.replace("graph: g, in: h", "graph: f, in: h") + (
+    "  f: {inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: graph, graph: g, in: h}}, outputs: [m]}\n"
+)
+TIE_FLOAT64_TO_FLOAT32 = (
+    "hndl: 1\ninputs: {x: {shape: [B, 4], dtype: float64}, y: {shape: [B, 4]}}\n"
+    "nodes:\n"
+    "  a: {op: linear, in: x, out_features: 4}\n"
+    "  b: {op: linear, in: y, out_features: 4, tie: {weight: a.weight}}\n"
+    "outputs: [a, b]\n"
+)
+NESTED_EMPTY_REPEAT = _NESTED_REPEAT.replace("nodes: {m: {op: relu, in: h}}, outputs: [m]", "nodes: {}, outputs: [h]")
+
 #: Spec texts from the hardening issue, each once bounded-time trouble or a non-HndlError.
 HOSTILE: dict[str, str] = {
     "huge int version": f"hndl: {_BIG}\ninputs: {{}}\nnodes: {{}}\noutputs: []\n",
@@ -128,6 +199,16 @@ HOSTILE: dict[str, str] = {
     "deep nesting": "hndl: 1\nx: " + "[" * 5000 + "]" * 5000 + "\n",
     "billion laughs": "a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
     + "".join(f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]\n" for i in range(1, 10)),
+    # issue 20
+    "249 nested subgraphs": nested_subgraphs(249),
+    "subgraph uses itself": SELF_USE,
+    "subgraphs use each other": MUTUAL_USE,
+    "graph parameter laughs": graph_parameter_laughs(8),
+    "reshape to rank 1000": high_rank(1000),
+    "reshape to rank 40000": high_rank(40_000, repeat=10),
+    "100 x 999 relus": many_relus(100, 999),
+    "nested repeats of an empty graph": NESTED_EMPTY_REPEAT,
+    "tie float64 to float32": TIE_FLOAT64_TO_FLOAT32,
 }
 
 NAMES = ["x", "h", "hidden", "act", "out", "blocks", "block", "norm", "parts.0", "parts.7", "img", "ids", "nope"]

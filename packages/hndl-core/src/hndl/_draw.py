@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from ._check import CheckedGraph, CheckedNode, check
-from ._errors import HndlError, Problem
+from ._errors import HndlError, Problem, ProblemList
 from ._graph import Graph, split_ref
 from ._registry import registry
+from ._resolve import check_subgraph_uses
 from ._summary import _bind, _shape
 
 __all__ = ["FORMATS", "Picture", "dot", "draw", "layout", "mermaid"]
@@ -55,6 +56,10 @@ class Picture:
 def layout(source: Any, *, depth: int | None = None, **dims: int) -> Picture:
     """The picture of a :class:`~hndl.Graph` or a built model (see the module docstring)."""
     graph, checked = _graph_and_types(source)
+    if checked is None:  # drawn although it does not check: its subgraphs must still be walkable
+        problems = ProblemList()
+        if not check_subgraph_uses(graph, problems):
+            problems.raise_if_any(title=f"graph '{graph.name}'")
     env = _bind(checked, dims) if checked is not None else {}
     maker = _Maker(graph, env, depth)
     sources = {}
