@@ -67,8 +67,12 @@ def load(path: str | os.PathLike[str], *, allow_imports: bool = False) -> Graph:
     file = _path_of(path)
     try:
         # At most one byte past the limit: enough to know the file is too long, and /dev/zero ends too.
-        with open(file, "rb") as stream:
+        with _open_file(file) as stream:
             data = stream.read(MAX_TEXT + 1)
+    except _NotAFile as exc:
+        raise HndlError(
+            Problem("E_SPEC", f"spec file {_shown_path(file)} is {exc}, not a file", hint=_STDIN_HINT)
+        ) from None
     except FileNotFoundError:
         raise HndlError(
             Problem("E_SPEC", f"no such file: {_shown_path(file)}", hint=_missing_file_hint(file))
@@ -113,6 +117,35 @@ def loads(text: str | bytes, *, allow_imports: bool = False) -> Graph:
             )
         )
     return _load_text(text, _TEXT_LABEL, allow_imports)
+
+
+_STDIN_HINT = "hndl reads a spec from a file, or from standard input as '-' (`hndl check -`, hndl.loads(text))"
+
+
+class _NotAFile(OSError):
+    """The path names a FIFO or a socket (the message says which)."""
+
+
+def _open_file(file: str) -> Any:
+    """``file`` opened for reading in binary, refusing a FIFO or a socket.
+
+    Opened without blocking, then looked at: opening a FIFO that no process writes waits forever, and one that
+    a process writes to could feed hndl for as long as it likes. A regular file or a device (``/dev/zero``,
+    whose reads the caller bounds) reads as usual.
+    """
+    import stat
+
+    fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            raise _NotAFile("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _path_of(path: Any) -> str:

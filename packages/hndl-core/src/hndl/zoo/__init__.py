@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import HndlError, Problem
 from .._graph import Graph
-from ..naming import suggestion
+from ..naming import excerpt, suggestion
 from ._entries import ENTRIES, Entry
 from ._weights import Rule, Target
 from ._weights import load_reference_state_dict as _load_with_rules
@@ -74,9 +74,9 @@ def entry(name: str) -> Entry:
         raise HndlError(
             Problem(
                 "E_SPEC",
-                f"the zoo has no entry {name!r}",
+                f"the zoo has no entry {excerpt(name)}",
                 expected="one of " + ", ".join(ENTRIES),
-                actual=repr(name),
+                actual=excerpt(name),
                 hint=suggestion(name, ENTRIES) if isinstance(name, str) else None,
             )
         )
