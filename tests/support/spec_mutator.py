@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import string
+import struct
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -321,3 +323,112 @@ def mutate_text(choose: Chooser, text: str) -> str:
             i = min(at, len(text) - 1)
             text = text[:i] + choose.character() + text[i + 1 :]
     return text
+
+
+# --- one-file models (.safetensors) ----------------------------------------------------------------------------
+
+_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+
+
+def model_file(
+    spec: str | None,
+    tensors: dict[str, tuple[str, list[int]]],
+    *,
+    tied: Any = None,
+    metadata: dict[str, Any] | None = None,
+) -> bytes:
+    """The bytes of a ``.safetensors`` file as :func:`hndl.save` writes it: ``tensors`` (name -> dtype code,
+    shape) filled with zeros, ``spec`` and ``tied`` (a mapping, written as JSON, or any value as it is) in the
+    metadata, then ``metadata`` on top. Written by hand, so a test can say anything the format allows and more."""
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, (dtype, shape) in tensors.items():
+        size = math.prod(shape) * _ITEMSIZE.get(dtype, 1)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    meta: dict[str, Any] = {"format": "pt", "hndl.format": "1"}
+    if spec is not None:
+        meta["hndl.spec"] = spec
+    meta["hndl.tied"] = json.dumps(tied if tied is not None else {}) if not isinstance(tied, str) else tied
+    meta.update(metadata or {})
+    header["__metadata__"] = meta
+    return header_bytes(json.dumps(header)) + b"\0" * offset
+
+
+def header_bytes(text: str) -> bytes:
+    """The length field and the header of a safetensors file (padded with spaces to 8 bytes, as safetensors does)."""
+    raw = text.encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def edit_header(data: bytes, name: str, **fields: Any) -> bytes:
+    """``data`` (a safetensors file) with ``fields`` of tensor ``name``'s header entry replaced (``name``
+    ``"__metadata__"`` for the metadata), the data bytes kept."""
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    header.setdefault(name, {}).update(fields)
+    return header_bytes(json.dumps(header)) + data[8 + length :]
+
+
+MLP_SPEC = (
+    "hndl: 1\nname: mlp\ninputs: {x: {shape: [B, 4]}}\n"
+    "nodes: {a: {op: linear, in: x, out_features: 4}, b: {op: linear, in: a, out_features: 4}}\noutputs: [b]\n"
+)
+MLP_TENSORS: dict[str, tuple[str, list[int]]] = {
+    "nodes.n_a.weight": ("F32", [4, 4]),
+    "nodes.n_a.bias": ("F32", [4]),
+    "nodes.n_b.weight": ("F32", [4, 4]),
+    "nodes.n_b.bias": ("F32", [4]),
+}
+BATCHNORM_SPEC = "hndl: 1\ninputs: {x: {shape: [B, 4]}}\nnodes: {n: {op: batchnorm1d, in: x}}\noutputs: [n]\n"
+BATCHNORM_TENSORS: dict[str, tuple[str, list[int]]] = {
+    "nodes.n_n.weight": ("F32", [4]),
+    "nodes.n_n.bias": ("F32", [4]),
+    "nodes.n_n.running_mean": ("F32", [4]),
+    "nodes.n_n.running_var": ("F32", [4]),
+    "nodes.n_n.num_batches_tracked": ("I64", []),
+}
+BIG_LINEAR_SPEC = (
+    "hndl: 1\ninputs: {x: {shape: [B, 16384]}}\nnodes: {n: {op: linear, in: x, out_features: 16384}}\noutputs: [n]\n"
+)
+
+
+def _with_dtype(dtype: str) -> dict[str, tuple[str, list[int]]]:
+    return {name: (dtype if name == "nodes.n_a.weight" else code, shape) for name, (code, shape) in MLP_TENSORS.items()}
+
+
+#: Model files from the hardening issue (issue 20), each once a non-HndlError or unbounded work in load_model.
+HOSTILE_MODELS: dict[str, bytes] = {
+    "int weights": model_file(MLP_SPEC, _with_dtype("I64")),
+    "bool weights": model_file(MLP_SPEC, _with_dtype("BOOL")),
+    "uint8 weights": model_file(MLP_SPEC, _with_dtype("U8")),
+    "header nested 100k deep": header_bytes('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+    "tied of the wrong type": model_file(MLP_SPEC, MLP_TENSORS, tied="[1, 2]"),
+    "tied to a number": model_file(MLP_SPEC, MLP_TENSORS, tied={"nodes.n_b.weight": 1}),
+    "tied as a JSON object": model_file(MLP_SPEC, MLP_TENSORS, metadata={"hndl.tied": {"a": "b"}}),
+    "tie a parameter to a buffer": model_file(
+        BATCHNORM_SPEC,
+        {k: v for k, v in BATCHNORM_TENSORS.items() if k != "nodes.n_n.weight"},
+        tied={"nodes.n_n.weight": "nodes.n_n.running_mean"},
+    ),
+    "16384x16384 linear in 221 bytes": model_file(BIG_LINEAR_SPEC, {}),
+    "invented tie": model_file(
+        MLP_SPEC,
+        {k: v for k, v in MLP_TENSORS.items() if k != "nodes.n_b.weight"},
+        tied={"nodes.n_b.weight": "nodes.n_a.weight"},
+    ),
+    "spec of another type": model_file(None, MLP_TENSORS, metadata={"hndl.spec": 7}),
+    "unknown dtype": model_file(MLP_SPEC, _with_dtype("Q9")),
+    "offsets disagree with the shape": edit_header(model_file(MLP_SPEC, MLP_TENSORS), "nodes.n_a.bias", shape=[5]),
+}
+#: Model files that load, for the fuzzer to mutate.
+MODEL_SEEDS: dict[str, bytes] = {
+    "mlp": model_file(MLP_SPEC, MLP_TENSORS),
+    "batchnorm": model_file(BATCHNORM_SPEC, BATCHNORM_TENSORS),
+    "tied mlp": model_file(
+        MLP_SPEC.replace("out_features: 4}}", "out_features: 4, tie: {weight: a.weight}}}"),
+        {k: v for k, v in MLP_TENSORS.items() if k != "nodes.n_b.weight"},
+        tied={"nodes.n_b.weight": "nodes.n_a.weight"},
+    ),
+}
