@@ -293,3 +293,28 @@ def test_regression_dims_beyond_int64_in_the_command(capsys: pytest.CaptureFixtu
         "E_INPUT: the sizes given (--dims B=9223372036854775807) make a dim too large: a dimension grows to "
         "7.231e+22, beyond the limit of 2**63-1"
     )
+
+
+# --- ties -----------------------------------------------------------------------------------------------------
+
+
+def test_regression_a_tie_between_float64_and_float32_layers_is_refused_at_build() -> None:
+    # It built, and the first call failed inside the layer (mat1 and mat2 must have the same dtype).
+    graph = hndl.loads(HOSTILE["tie float64 to float32"])
+    hndl.check(graph)  # the layers' dtypes are the builder's: each follows its input's declared dtype
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.build(graph)
+    (problem,) = info.value.problems
+    assert (problem.code, problem.node, problem.op) == ("E_DTYPE", "b", "linear")
+    assert problem.message == (
+        "tie 'weight' = 'a.weight': linear 'b' has weight in float32, linear 'a' has weight in float64"
+    )
+    assert (problem.expected, problem.actual) == ("float32", "float64")
+
+
+def test_a_tie_between_float64_and_float32_layers_in_the_command(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out = cli(capsys, tmp_path, HOSTILE["tie float64 to float32"], "check", "--build", "SPEC")
+    assert code == 1
+    assert "E_DTYPE linear 'b': tie 'weight' = 'a.weight'" in out
