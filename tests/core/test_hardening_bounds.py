@@ -318,3 +318,11 @@ def test_a_tie_between_float64_and_float32_layers_in_the_command(
     code, out = cli(capsys, tmp_path, HOSTILE["tie float64 to float32"], "check", "--build", "SPEC")
     assert code == 1
     assert "E_DTYPE linear 'b': tie 'weight' = 'a.weight'" in out
+
+
+def test_regression_an_invalid_name_of_100k_characters_is_echoed_cut() -> None:
+    g = hndl.Graph("g")
+    with pytest.raises(hndl.HndlError) as info:
+        g.input("-" * 100_000, ("B",))
+    assert info.value.code == "E_NAME"
+    assert len(str(info.value)) < 300

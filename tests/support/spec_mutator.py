@@ -166,6 +166,19 @@ TIE_FLOAT64_TO_FLOAT32 = (
 )
 NESTED_EMPTY_REPEAT = _NESTED_REPEAT.replace("nodes: {m: {op: relu, in: h}}, outputs: [m]", "nodes: {}, outputs: [h]")
 
+#: What a picture must escape (issue 20): a name of 20,000 characters (an explicit key: YAML reads implicit keys
+#: of at most 1,024), an op with NUL, an escape code, entities, a line break, Mermaid's quote code and a backtick,
+#: a reference with NUL and U+2028, a repeat that is text, and a port that is NUL. It does not check, and is
+#: drawn anyway.
+DRAW_HOSTILE = (
+    "hndl: 1\ninputs: {x: {shape: [B, 4]}}\nnodes:\n"
+    f"  ? {'n' * 20_000}\n  : {{op: relu, in: x}}\n"
+    '  b: {op: "r\\0e\\x1b[2J&amp;<b>\\n#quot;`|]", in: "zz\\0&lt;\\u2028"}\n'
+    '  c: {op: graph, graph: g, in: x, repeat: "3\\n&"}\n'
+    f"outputs: [b, c, {'n' * 20_000}]\n"
+    'graphs:\n  g: {inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: relu, in: "h.\\0"}}, outputs: [m]}\n'
+)
+
 #: Spec texts from the hardening issue, each once bounded-time trouble or a non-HndlError.
 HOSTILE: dict[str, str] = {
     "huge int version": f"hndl: {_BIG}\ninputs: {{}}\nnodes: {{}}\noutputs: []\n",
@@ -211,6 +224,7 @@ HOSTILE: dict[str, str] = {
     "100 x 999 relus": many_relus(100, 999),
     "nested repeats of an empty graph": NESTED_EMPTY_REPEAT,
     "tie float64 to float32": TIE_FLOAT64_TO_FLOAT32,
+    "names a picture must escape": DRAW_HOSTILE,
 }
 
 NAMES = ["x", "h", "hidden", "act", "out", "blocks", "block", "norm", "parts.0", "parts.7", "img", "ids", "nope"]
