@@ -81,7 +81,8 @@ def test_box_ids_stay_unique_when_labels_are_shortened(fmt: str) -> None:
     text = hndl.draw(g, format=fmt)
     assert isinstance(text, str)
     ids = [line.split("[")[0].split("(")[0].strip() for line in text.splitlines() if "aaa" in line]
-    assert len(ids) == 2 and len(set(ids)) == 2
+    assert len(ids) == 2
+    assert len(set(ids)) == 2
 
 
 def test_the_escapes_of_each_format() -> None:
