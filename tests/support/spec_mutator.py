@@ -79,6 +79,35 @@ SEEDS: list[dict[str, Any]] = [
         },
         "outputs": ["drop", "t"],
     },
+    {
+        "hndl": 1,
+        "name": "configured",
+        "params": {"width": 8, "depth": 2, "act": True, "q": [1, 2]},
+        "inputs": {"x": {"shape": ["B", "width"]}},
+        "nodes": {
+            "stack": {
+                "op": "graph",
+                "graph": "block",
+                "repeat": "$depth",
+                "in": "x",
+                "params": [{"hidden": "$width*2", "gated": "$act", "sizes": "$q", "out": "$width"}, {"out": "$width"}],
+            },
+            "out": {"op": "linear", "in": "stack", "out_features": "$width//2"},
+        },
+        "outputs": ["out"],
+        "graphs": {
+            "block": {
+                "params": {"hidden": 4, "gated": False, "sizes": [1], "out": 8},
+                "inputs": {"h": {"shape": ["B", "D"]}},
+                "nodes": {
+                    "up": {"op": "linear", "in": "h", "out_features": "$hidden"},
+                    "act": {"op": "relu", "in": "up", "when": "$gated"},
+                    "down": {"op": "linear", "in": "act", "out_features": "$out"},
+                },
+                "outputs": ["down"],
+            }
+        },
+    },
 ]
 
 
@@ -446,3 +475,50 @@ MODEL_SEEDS: dict[str, bytes] = {
         tied={"nodes.n_b.weight": "nodes.n_a.weight"},
     ),
 }
+
+
+def mutate_model(choose: Chooser, data: bytes) -> bytes:
+    """``data`` (a safetensors file) with one to three edits: its header mutated as data (entries' dtypes, shapes
+    and offsets, metadata), the spec text in its metadata mutated as text, its ``hndl.tied`` replaced, or its
+    bytes edited (truncated, a byte changed, bytes inserted)."""
+    for _ in range(choose.integer(1, 3)):
+        header, rest = _split_header(data)
+        action = choose.choice(["header", "header", "spec", "spec", "tied", "bytes"])
+        if action == "bytes" or header is None:
+            at = choose.integer(0, len(data))
+            kind = choose.choice(["truncate", "byte", "insert"])
+            if kind == "truncate":
+                data = data[:at]
+            elif kind == "byte" and data:
+                i = min(at, len(data) - 1)
+                data = data[:i] + bytes([choose.integer(0, 255)]) + data[i + 1 :]
+            else:
+                data = data[:at] + choose.junk().encode("utf-8", "surrogatepass") + data[at:]
+            continue
+        meta = header.get("__metadata__") if isinstance(header, dict) else None
+        if action == "spec" and isinstance(meta, dict) and isinstance(meta.get("hndl.spec"), str):
+            meta["hndl.spec"] = mutate_text(choose, meta["hndl.spec"])
+        elif action == "tied" and isinstance(meta, dict):
+            names = [str(k) for k in header if k != "__metadata__"] + ["nodes.n_zz.weight"]
+            meta["hndl.tied"] = choose.choice(
+                [json.dumps({choose.choice(names): choose.choice(names)}), json.dumps(choose.value()), "{", ""]
+            )
+        else:
+            header = mutate_data(choose, header)
+        try:
+            text = json.dumps(header, allow_nan=True)
+        except (ValueError, OverflowError, TypeError):
+            continue
+        data = header_bytes(text) + rest
+    return data
+
+
+def _split_header(data: bytes) -> tuple[Any, bytes]:
+    """The header of a safetensors file as data (``None`` if it is not readable) and the bytes after it."""
+    if len(data) < 8:
+        return None, data
+    (length,) = struct.unpack("<Q", data[:8])
+    try:
+        return json.loads(data[8 : 8 + length]), data[8 + length :]
+    except (ValueError, RecursionError):
+        return None, data
