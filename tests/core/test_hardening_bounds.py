@@ -326,3 +326,23 @@ def test_regression_an_invalid_name_of_100k_characters_is_echoed_cut() -> None:
         g.input("-" * 100_000, ("B",))
     assert info.value.code == "E_NAME"
     assert len(str(info.value)) < 300
+
+
+# --- found by the fuzzer --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("hndl: 1\nparams: {q: [{1: 8}]}\ninputs: {x: {shape: [B, 4]}}\nnodes: {n: {op: relu, in: x}}\noutputs: [n]\n", "2:15"),
+        ("hndl: 1\ninputs: {x: {shape: [B, 4]}}\nnodes: {n: {op: relu, in: x, zz: {a: [{1: 2}]}}}\noutputs: [n]\n", "3:40"),
+    ],
+    ids=["graph parameter", "node parameter"],
+)  # fmt: skip
+def test_regression_a_number_as_a_key_inside_a_value_is_refused_at_load(text: str, where: str) -> None:
+    # It loaded, and dumps could not write it back ("mapping key 1 is not a string"): the fuzzer's round trip.
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.loads(text)
+    (problem,) = info.value.problems
+    assert (problem.code, problem.location) == ("E_SPEC", f"<string>:{where}")
+    assert problem.message.endswith("a key inside a value must be text, got integer 1")

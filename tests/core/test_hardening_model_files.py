@@ -73,6 +73,14 @@ def first(error: hndl.HndlError, tmp_path: Path) -> tuple[str, str]:
             "E_SPEC",
             "model file 'FILE' is not a safetensors file: entry 'nodes.n_a.bias' has 16 bytes, its shape and dtype need 20",
         ),
+        # found by the fuzzer: a ValueError printing the product of the sizes
+        ("4000-digit sizes", "E_SPEC", "model file 'FILE' is not a safetensors file: entry 'nodes.n_a.bias' has no shape"),
+        (
+            "sizes whose product is huge",
+            "E_SPEC",
+            "model file 'FILE' is not a safetensors file: entry 'nodes.n_a.bias' has 16 bytes, its shape and dtype "
+            "need more than the 160 the file holds",
+        ),
     ],
 )  # fmt: skip
 def test_regression_hostile_model_files_are_hndl_errors(case: str, code: str, message: str, tmp_path: Path) -> None:

@@ -386,8 +386,28 @@ class _SpecBuilder:
             return
         self._duplicate_names(entry, "parameter")
         for name, value in entry.value.items():
-            if self._name_ok(name, "parameter", entry.keys[name]) and value.ok:
+            if self._name_ok(name, "parameter", entry.keys[name]) and value.ok and self._text_keys(value, name):
                 graph.params[name] = value.plain()
+
+    def _text_keys(self, value: Located, key: str, **fields: Any) -> bool:
+        """Whether every mapping inside a parameter's ``value`` has text keys (reported at the first that does
+        not): a value is plain data that :func:`hndl.dumps` writes back, and a spec's keys are names."""
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item.value, dict):
+                for k in item.value:
+                    if not isinstance(k, str):
+                        self.add(
+                            "E_SPEC",
+                            f"{key!r}: a key inside a value must be text, got {describe(k)}",
+                            item.keys.get(k, item.loc),
+                            **fields,
+                            hint="quote it: '1': ...",
+                        )
+                        return False
+            stack.extend(item.children())
+        return True
 
     def _inputs(self, graph: Graph, entry: Located, what: str) -> None:
         if not isinstance(entry.value, dict):
@@ -527,6 +547,8 @@ class _SpecBuilder:
                 self.add(
                     "E_SPEC", f"a node key must be a name, got {describe(key)}", spec.keys[key], node=name, op=named_op
                 )
+                ok = False
+            elif key not in NODE_KEYS and not self._text_keys(fields[key], key, node=name, op=named_op):
                 ok = False
         tie = self._tie(fields.get("tie"), name, named_op)
         if not ok or refs is None or named_op is None or tie is None:

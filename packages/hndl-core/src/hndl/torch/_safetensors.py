@@ -12,7 +12,6 @@ names again. safetensors itself stores raw tensor bytes and a JSON header: no pi
 from __future__ import annotations
 
 import json
-import math
 import os
 import struct
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ _FORMAT_KEY = "hndl.format"
 _TIED_KEY = "hndl.tied"  # JSON {alias: stored name}
 # safetensors refuses headers above 100 MB; a larger length field means the file is not one.
 _MAX_HEADER = 100_000_000
+_MAX_SIZE = 2**63 - 1
 
 
 def save(model: GraphModule, path: str | os.PathLike[str]) -> None:
@@ -389,12 +389,26 @@ def _entry(name: str, entry: Any, data: int, where: str) -> _Entry:
     begin, end = offsets
     if end > data:
         raise _file_error(where, f"is truncated: its tensors need {end} bytes of data, it holds {data}")
-    need = math.prod(shape) * dtype.itemsize
+    need = _nbytes(shape, dtype.itemsize, data)
     if end - begin != need:
+        needs = f"more than the {data} the file holds" if need is None else str(need)
         raise _file_error(
-            where, f"is not a safetensors file: entry {shown} has {end - begin} bytes, its shape and dtype need {need}"
+            where, f"is not a safetensors file: entry {shown} has {end - begin} bytes, its shape and dtype need {needs}"
         )
     return _Entry(dtype, tuple(shape))
+
+
+def _nbytes(shape: list[int], itemsize: int, cap: int) -> int | None:
+    """The bytes a tensor of ``shape`` takes, or ``None`` when that is more than ``cap``: multiplied a dim at
+    a time and stopped there, so a header of many large dims costs no huge product."""
+    if 0 in shape:
+        return 0
+    size = itemsize
+    for d in shape:
+        size *= d
+        if size > cap:
+            return None
+    return size
 
 
 def _cut(text: str, limit: int = 160) -> str:
@@ -404,7 +418,8 @@ def _cut(text: str, limit: int = 160) -> str:
 
 
 def _is_size(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    """A size or offset: an int from 0 to 2**63-1 (torch's sizes are 64-bit, and so are safetensors' offsets)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_SIZE
 
 
 def _file_error(where: str, message: str, hint: str | None = None) -> HndlError:
