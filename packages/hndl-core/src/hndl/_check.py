@@ -71,8 +71,8 @@ MAX_RANK = 64
 #: work of checking, and of everything that walks the checked graph, grows with it.
 MAX_CHECKED_DIMS = 1_000_000
 #: The most leaf nodes, and dims of their outputs, of a graph built on the meta device only to be described
-#: (``hndl.summary`` of a graph, ``hndl summary``, ``hndl check --build``): a layer costs about 50 us and
-#: 30 KB to build, a row a few us per dim to describe, and a spec of a few lines may expand to 100,000 nodes.
+#: (``hndl.summary`` of a graph, ``hndl summary``, ``hndl check --build``): a layer costs 50-190 us and ~30 KB
+#: to build, a summary row a few us per dim, and a spec of a few lines reaches MAX_EXPANDED_NODES.
 MAX_META_NODES = 5_000
 MAX_META_DIMS = 50_000
 #: The most distinct integer configurations of subgraphs the count before the walk evaluates.
