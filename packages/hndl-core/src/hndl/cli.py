@@ -365,7 +365,9 @@ def _draw(args: argparse.Namespace, *, out: IO[str]) -> int:
         except HndlError as exc:
             raise _Failed(exc.problems) from None
         except OSError as exc:
-            raise _Failed([Problem("E_INPUT", f"cannot write {args.output!r}: {exc.strerror or exc}")]) from None
+            raise _Failed(
+                [Problem("E_INPUT", f"cannot write '{_shown(args.output)}': {exc.strerror or exc}")]
+            ) from None
     except _Failed as exc:
         return _fail(exc, args.file, out)
     _say(f"wrote {_shown(args.output)}", out)
