@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _costs
-from ._check import CheckedGraph, CheckedNode, check, repetition_inputs
+from ._check import CheckedGraph, CheckedNode, check, meta_build_problem, repetition_inputs
 from ._contracts import Variadic, format_shape
 from ._dim_factor import factored_text
 from ._dims import Dim, dim_add, free_symbols, substitute
@@ -241,6 +241,9 @@ def build_on_meta(graph: Graph) -> Any:
     from .torch import build_module
 
     checked = check(graph)  # static problems are raised as they are: only the build below runs on the meta device
+    too_large = meta_build_problem(checked)
+    if too_large is not None:
+        raise HndlError(too_large)
     try:
         with torch.device("meta"):
             return build_module(graph, checked)

@@ -107,9 +107,9 @@ def entry(name: str) -> Entry:
         raise HndlError(
             Problem(
                 "E_SPEC",
-                f"the zoo has no entry {name!r}",
+                f"the zoo has no entry {excerpt(name)}",
                 expected="one of " + ", ".join(ENTRIES),
-                actual=repr(name),
+                actual=excerpt(name),
                 hint=suggestion(name, ENTRIES) if isinstance(name, str) else None,
             )
         )
