@@ -8,6 +8,12 @@ case's :class:`Timing` gives: fewer than the small-model benchmarks, because one
 hold the same weights (loaded with ``hndl.zoo.load_reference_state_dict``) and one torch thread
 (benchmarks/conftest.py).
 
+The transformer entries (llama, mistral, bert, whisper_encoder, t5_encoder) run against transformers' model built
+from the same configuration with its "sdpa" attention, at the configuration their label names: the published
+presets where one call takes at most about a second on one thread (bert-base, whisper-base, t5-small), an 8-layer
+model of width 512 for LLaMA and Mistral (their 7B presets do not fit the machine's time); the token batches have
+one row padded, so the masked path is what is timed.
+
 Rows: eager inference under ``torch.no_grad()`` in eval mode; one training step (forward, ``mean`` of the output,
 backward, SGD step) in train mode; peak live activation bytes of one inference (benchmarks/memory.py). The last
 test writes docs/zoo-performance.md from this run's numbers (the page is generated, never typed). The issue's
@@ -82,11 +88,87 @@ class Case:
     output: Callable[[Any], torch.Tensor] = lambda out: out
     inference: Timing = Timing(rounds=6, repeat=3)
     training: Timing = Timing(rounds=4, repeat=2)
+    #: the entry's configuration (``hndl.zoo.get``'s preset and overrides), the reference's from the same values
+    preset: str | None = None
+    overrides: tuple[tuple[str, Any], ...] = ()
+    #: how the reference takes the inputs, when not positionally (transformers' keywords, an int padding mask)
+    call: Callable[[torch.nn.Module, tuple[torch.Tensor, ...]], Any] | None = None
+    #: the tensor of hndl's output the comparison uses (BERT gives hidden states and the pooled output)
+    pick: Callable[[Any], torch.Tensor] = lambda out: out
+
+    def graph(self) -> hndl.Graph:
+        return hndl.zoo.get(self.entry, preset=self.preset, **dict(self.overrides))
+
+    def reference_output(self, reference: torch.nn.Module, x: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return self.output(reference(*x) if self.call is None else self.call(reference, x))
 
 
 def _tokens(vocab: int, *shape: int) -> torch.Tensor:
     return torch.randint(0, vocab, shape)
 
+
+def _transformers_reference(entry: str, preset: str | None, overrides: dict[str, Any]) -> torch.nn.Module:
+    """transformers' model for a transformer entry's configuration (the spec's parameters, in its names)."""
+    tf = _require("transformers")
+    p = dict(hndl.zoo.get(entry, preset=preset, **overrides).params)
+    if entry in ("llama", "mistral"):
+        common = {k: p[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers")}
+        common |= {k: p[k] for k in ("num_attention_heads", "num_key_value_heads", "rms_norm_eps")}
+        rope = {"rope_type": "default", "rope_theta": p["rope_theta"]}
+        if entry == "llama":
+            return tf.LlamaForCausalLM(tf.LlamaConfig(**common, rope_parameters=rope, attn_implementation="sdpa"))
+        return tf.MistralForCausalLM(
+            tf.MistralConfig(
+                **common, rope_parameters=rope, sliding_window=p["sliding_window"], attn_implementation="sdpa"
+            )
+        )
+    if entry == "bert":
+        keys = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+        return tf.BertModel(tf.BertConfig(**{k: p[k] for k in keys}, attn_implementation="sdpa"))
+    if entry == "whisper_encoder":
+        keys = ("num_mel_bins", "d_model", "encoder_layers", "encoder_attention_heads", "encoder_ffn_dim")
+        heads = p["encoder_attention_heads"]
+        config = tf.WhisperConfig(
+            **{k: p[k] for k in keys}, decoder_layers=1, decoder_attention_heads=heads, attn_implementation="sdpa"
+        )
+        return tf.WhisperModel(config).encoder
+    keys = ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads")
+    config = tf.T5Config(**{k: p[k] for k in keys}, feed_forward_proj="relu", attn_implementation="sdpa")
+    return tf.T5EncoderModel(config)
+
+
+def _with_mask(reference: torch.nn.Module, x: tuple[torch.Tensor, ...]) -> Any:
+    return reference(input_ids=x[0], attention_mask=x[1].long())
+
+
+def _transformer_case(entry: str, label: str, inputs: Callable[[], tuple[torch.Tensor, ...]], **kw: Any) -> Case:
+    preset, overrides = kw.pop("preset", None), tuple(kw.pop("overrides", {}).items())
+    return Case(
+        entry,
+        label,
+        lambda: _transformers_reference(entry, preset, dict(overrides)),
+        inputs,
+        preset=preset,
+        overrides=overrides,
+        **kw,
+    )
+
+
+def _padded_tokens(vocab: int, batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    mask = torch.ones(batch, length, dtype=torch.bool)
+    mask[0, -length // 4 :] = False  # one row padded: the masked path, as a real batch takes it
+    return _tokens(vocab, batch, length), mask
+
+
+# A LLaMA/Mistral of 8 layers at width 512 (GQA 8/2 heads of 64): the 7B presets do not fit a CI machine's time.
+_DECODER = {
+    "vocab_size": 32000,
+    "hidden_size": 512,
+    "intermediate_size": 1376,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+}
 
 CASES = [
     Case(
@@ -135,6 +217,50 @@ CASES = [
         lambda: _handwritten("Seq2SeqTransformer"),
         lambda: (_tokens(1000, 8, 64), _tokens(1000, 8, 64)),
     ),
+    _transformer_case(
+        "llama",
+        "8 layers at 512 (GQA 8/2), batch 2, 256 tokens, one row padded",
+        lambda: _padded_tokens(32000, 2, 256),
+        overrides=_DECODER,
+        call=_with_mask,
+        output=lambda out: out.logits,
+    ),
+    _transformer_case(
+        "mistral",
+        "as llama, window 128",
+        lambda: _padded_tokens(32000, 2, 256),
+        overrides={**_DECODER, "sliding_window": 128},
+        call=_with_mask,
+        output=lambda out: out.logits,
+    ),
+    _transformer_case(
+        "bert",
+        "bert-base, batch 4, 128 tokens, one row padded",
+        lambda: (*_padded_tokens(30522, 4, 128), torch.zeros(4, 128, dtype=torch.long)),
+        preset="bert-base",
+        call=lambda ref, x: ref(input_ids=x[0], attention_mask=x[1].long(), token_type_ids=x[2]),
+        output=lambda out: out.last_hidden_state,
+        pick=lambda out: out[0],
+        inference=Timing(rounds=4, repeat=3),
+        training=Timing(rounds=3, repeat=2),
+    ),
+    _transformer_case(
+        "whisper_encoder",
+        "whisper-base, batch 1, 3000 frames",
+        lambda: (torch.randn(1, 80, 3000),),
+        preset="whisper-base",
+        output=lambda out: out.last_hidden_state,
+        inference=Timing(rounds=3, repeat=3),
+        training=Timing(rounds=2, repeat=2),
+    ),
+    _transformer_case(
+        "t5_encoder",
+        "t5-small, batch 4, 128 tokens, one row padded",
+        lambda: _padded_tokens(32128, 4, 128),
+        preset="t5-small",
+        call=_with_mask,
+        output=lambda out: out.last_hidden_state,
+    ),
 ]
 
 #: Rows gathered by the tests, written to the page by test_write_page: entry -> column -> value.
@@ -144,7 +270,7 @@ ROWS: dict[str, dict[str, Any]] = {}
 def _pair(case: Case) -> tuple[hndl.GraphModule, torch.nn.Module, tuple[torch.Tensor, ...]]:
     torch.manual_seed(0)
     reference = case.make_reference()
-    model = hndl.build(hndl.zoo.get(case.entry))
+    model = hndl.build(case.graph())
     hndl.zoo.load_reference_state_dict(model, case.entry, reference.state_dict())
     return model, reference, case.make_inputs()
 
@@ -155,10 +281,10 @@ def test_inference(case: Case) -> None:
     model.eval()
     reference.eval()
     with torch.no_grad():
-        torch.testing.assert_close(model(*x), case.output(reference(*x)), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(case.pick(model(*x)), case.reference_output(reference, x), atol=1e-4, rtol=1e-4)
         result = _compare(
             lambda: model(*x),
-            lambda: case.output(reference(*x)),
+            lambda: case.reference_output(reference, x),
             rounds=case.inference.rounds,
             repeat=case.inference.repeat,
         )
@@ -181,8 +307,8 @@ def test_training_step(case: Case) -> None:
         opt.step()
 
     result = _compare(
-        lambda: step(lambda: model(*x), opt_model),
-        lambda: step(lambda: case.output(reference(*x)), opt_reference),
+        lambda: step(lambda: case.pick(model(*x)), opt_model),
+        lambda: step(lambda: case.reference_output(reference, x), opt_reference),
         rounds=case.training.rounds,
         repeat=case.training.repeat,
     )
@@ -197,7 +323,7 @@ def test_peak_live_activation_memory(case: Case) -> None:
     model.eval()
     reference.eval()
     ours = peak_live_bytes(lambda: model(*x))
-    theirs = peak_live_bytes(lambda: case.output(reference(*x)))
+    theirs = peak_live_bytes(lambda: case.reference_output(reference, x))
     ROWS.setdefault(case.entry, {"input": case.label})["memory"] = (ours, theirs)
     print(f"\n{case.entry} peak live activations: {ours / 2**20:.1f} MiB vs {theirs / 2**20:.1f} MiB")
     assert ours <= theirs * 1.05

@@ -3,6 +3,8 @@ never allocates a real model, and ``summary`` prints whatever ``check`` passed."
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -158,3 +160,119 @@ def test_a_dim_too_large_for_torch_is_refused_at_load(
         assert first.startswith(f"{spec}:2:21: E_SPEC input 'x': bad shape entry ")
         assert first.endswith(reason)
         assert len(first) < len(str(spec)) + 200
+
+
+# --- issue 20 -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_regression_check_on_a_fifo_is_refused_not_a_hang(tmp_path: Path) -> None:
+    # Opening a FIFO that nothing writes to waited forever. A subprocess, so that a regression fails the test
+    # instead of hanging the run.
+    fifo = tmp_path / "spec.yaml"
+    os.mkfifo(fifo)
+    done = subprocess.run(
+        [sys.executable, "-m", "hndl", "check", str(fifo)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [
+        f"{fifo}: E_SPEC: spec file '{fifo}' is a FIFO (named pipe), not a file",
+        "    hint:     hndl reads a spec from a file, or from standard input as '-' (`hndl check -`, hndl.loads(text))",
+        "Found 1 problem in 1 file.",
+    ]
+
+
+def test_regression_a_100k_character_zoo_name_is_echoed_cut(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "check", "zoo:" + "a" * 100_000)
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0].startswith("zoo:aaaa")
+    assert lines[0].endswith("a...: E_SPEC: the zoo has no entry '" + "a" * 56 + "...")
+    assert max(map(len, lines)) < 400
+
+
+def test_regression_a_file_name_too_long_for_the_system_is_a_spec_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The folder test (`is_dir`) raised OSError: File name too long.
+    name = str(tmp_path / ("b" * 5000)) + ".yaml"
+    code, out = run(capsys, "check", name)
+    assert code == 1
+    assert "E_SPEC: cannot read spec file" in out
+    assert "Traceback" not in out
+    assert max(map(len, out.splitlines())) < 600
+
+
+def test_the_import_hint_names_the_commands_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = module_spec(tmp_path, "torch.nn:Tanh")
+    code, out = run(capsys, "check", spec)
+    assert code == 1
+    assert out.splitlines()[1] == "    hint:     pass --allow-imports if you trust this file"
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.check(hndl.load(spec))
+    assert info.value.problems[0].hint == (
+        "pass allow_imports=True to hndl.load (or hndl.load_model) if you trust this file"
+    )
+
+
+def test_hndl_ops_lists_every_op_with_its_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "ops")
+    assert code == 0
+    lines = out.splitlines()
+    names = [line.split()[0] for line in lines[:-1]]
+    assert names == sorted(o.name for o in hndl.registry)
+    linear = next(line for line in lines if line.startswith("linear "))
+    assert linear.split(None, 1)[1] == hndl.registry.find("linear").summary
+    assert lines[-1] == f"{len(names)} ops; `hndl ops NAME` describes one"
+
+
+def test_hndl_ops_describes_one_op_from_its_declaration(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "ops", "linear")
+    assert code == 0
+    assert out.splitlines() == [
+        "linear: Affine map of the last dim: ``y = x @ W.T + b``.",
+        "",
+        "``in_features`` follows from the input's last dim and is never written by hand.",
+        "",
+        "builds: torch.nn.Linear",
+        "",
+        "parameters:",
+        "  name          type  default   constraints  description",
+        "  out_features  int   required  >= 1         size of each output sample",
+        "  in_features   int   inferred  >= 1         size of each input sample (inferred)",
+        "  bias          bool  true                   learn an additive bias",
+        "",
+        "ports:",
+        "  port  direction  shape                   dtype   description",
+        "  x     input      [*batch, in_features]   float   features in the last dim",
+        "  y     output     [*batch, out_features]  same:x",
+        "",
+        "shape rule: binds symbols from x [*batch, in_features]; produces y [*batch, out_features] (same:x)",
+    ]
+
+
+@pytest.mark.parametrize("op", sorted(o.name for o in hndl.registry))
+def test_hndl_ops_describes_every_op(op: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "ops", op)
+    opdef = hndl.registry.find(op)
+    assert code == 0
+    assert out.startswith(f"{op}: {opdef.summary}\n" if opdef.summary else f"{op}\n")
+    assert f"\nshape rule: {opdef.describe_inference().strip()}\n" in out
+    for p in opdef.params:
+        assert f"  {p.name}  " in out or out.count(f"  {p.name} ") >= 1
+
+
+def test_hndl_ops_on_an_unknown_op_suggests_one(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "ops", "lineer")
+    assert code == 1
+    assert out.splitlines() == [
+        "hndl ops: E_OP: unknown op 'lineer'",
+        "    hint:     did you mean 'linear'?",
+        "Found 1 problem in 1 file.",
+    ]
+
+
+def test_an_unknown_op_without_a_close_name_points_to_hndl_ops() -> None:
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.check(hndl.loads(GOOD.replace("op: relu", "op: zzzzzz")))
+    assert info.value.problems[0].hint == "`hndl ops` lists the ops"

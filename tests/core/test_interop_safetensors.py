@@ -24,10 +24,8 @@ def tied_lm() -> hndl.GraphModule:
     g = hndl.Graph("lm")
     ids = g.input("ids", ("B", "T"), dtype="int64")
     h = g.add("embedding", ids, name="emb", num_embeddings=11, embedding_dim=8)
-    g.output(g.add("linear", h, name="head", out_features=11, bias=False))
-    model = hndl.build(g)
-    model.nodes.n_head.weight = model.nodes.n_emb.weight  # weight tying, as GPT-2 does it
-    return model
+    g.output(g.add("linear", h, name="head", out_features=11, bias=False, tie={"weight": "emb.weight"}))
+    return hndl.build(g)  # weight tying, as GPT-2 does it
 
 
 def code_of(err: pytest.ExceptionInfo[hndl.HndlError]) -> str:

@@ -112,7 +112,7 @@ def test_attention_heads_must_divide_the_width():
     assert (p.code, p.node, p.op, p.port) == ("E_PARAM", "n", "attention", None)
     assert p.message == "embed_dim 64 is not divisible by num_heads=5"
     assert (p.expected, p.actual) == ("a divisor of embed_dim (64)", 5)
-    assert p.hint == "num_heads must divide the input's last dim: try num_heads=4 or 8"
+    assert p.hint == "num_heads must divide the input's last dim: try num_heads=4 or 8, or give head_dim"
 
 
 def test_attention_shape_errors():

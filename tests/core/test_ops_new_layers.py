@@ -173,6 +173,64 @@ def test_masks_bool_and_additive_and_causal():
     assert torch.allclose(model(x, keep), add_model(x, bias), atol=1e-6)
 
 
+def _per_row_reference(model, x, lengths, causal=False):
+    """Each batch row run alone on its real positions (no padding, no mask): what a padded batch must give."""
+    unmasked = hndl.build(_attention_graph(("B", "T", x.shape[-1]), num_heads=2, causal=causal)).eval()
+    unmasked.load_state_dict(model.state_dict())
+    return [unmasked(x[b : b + 1, :n])[0] for b, n in enumerate(lengths)]
+
+
+def test_regression_padding_mask_b_s_with_symbolic_b_equal_to_t_masks_keys_per_batch_row():
+    # Issue 20: a [B, S] mask with B and T symbolic went to SDPA as it was, which broadcasts it from the right as
+    # [T, S]: an error when B != T, and silently wrong when B == T (off by 0.67). It is a padding mask, read as
+    # [B, 1, 1, S], whatever the sizes.
+    g = _attention_graph(("B", "T", 8), ("B", "T"), dtypes=[None, "bool"], num_heads=2, masked=True)
+    model = hndl.build(g).eval()
+    torch.manual_seed(0)
+    x = torch.randn(3, 3, 8)  # B == T == 3
+    lengths = [3, 2, 1]
+    mask = torch.arange(3)[None, :] < torch.tensor(lengths)[:, None]
+    y = model(x, mask)
+    for b, expected in enumerate(_per_row_reference(model, x, lengths)):
+        assert torch.allclose(y[b, : lengths[b]], expected, atol=1e-6)
+    additive = hndl.build(_attention_graph(("B", "T", 8), ("B", "T"), num_heads=2, masked=True)).eval()
+    additive.load_state_dict(model.state_dict())
+    assert torch.equal(additive(x, torch.zeros(3, 3).masked_fill(~mask, float("-inf"))), y)
+    x2 = torch.randn(2, 3, 8)  # B != T: the same rule, no error
+    assert model(x2, mask[:2]).shape == (2, 3, 8)
+
+
+def test_mask_of_rank_3_is_b_t_s_and_combines_with_causal():
+    g = _attention_graph(("B", "T", 8), ("B", "T", "T"), dtypes=[None, "bool"], num_heads=2, masked=True, causal=True)
+    model = hndl.build(g).eval()
+    x = torch.randn(2, 2, 8)  # B == T == 2, also == num_heads
+    mask = torch.ones(2, 2, 2, dtype=torch.bool)
+    mask[1, 1, 0] = False  # batch row 1, query 1 may not see key 0
+    y = model(x, mask)
+    plain = hndl.build(
+        _attention_graph(
+            ("B", "T", 8), ("B", 1, "T", "T"), dtypes=[None, "bool"], num_heads=2, masked=True, causal=True
+        )
+    ).eval()
+    plain.load_state_dict(model.state_dict())
+    assert torch.equal(y, plain(x, mask[:, None]))
+    assert torch.allclose(y[0], _per_row_reference(model, x, [2, 2], causal=True)[0], atol=1e-6)
+
+
+def test_cross_attention_padding_mask_b_s():
+    g = _attention_graph(
+        ("B", "T", 8), ("B", "S", 8), ("B", "S"), dtypes=[None, None, "bool"], num_heads=2, masked=True
+    )
+    model = hndl.build(g).eval()
+    x, mem = torch.randn(3, 3, 8), torch.randn(3, 3, 8)  # B == T == S
+    mask = torch.tensor([[True, True, True], [True, True, False], [True, False, False]])
+    y = model(x, mem, mask)
+    full = hndl.build(_attention_graph(("B", "T", 8), ("B", "S", 8), num_heads=2)).eval()
+    full.load_state_dict(model.state_dict())
+    for b, n in enumerate([3, 2, 1]):
+        assert torch.allclose(y[b], full(x[b : b + 1], mem[b : b + 1, :n])[0], atol=1e-6)
+
+
 def test_attention_input_errors():
     p = problem("attention", ("B", "T", 16), ("B", "S", "E"), num_heads=4)
     assert (p.code, p.port) == ("E_SHAPE", "kv")
@@ -185,7 +243,17 @@ def test_attention_input_errors():
         p.message
         == "the mask [B, 1, 1, 4] does not broadcast to the attention scores [B, num_heads, T, S] = [B, 4, 5, 5]"
     )
-    assert p.hint == "a padding mask [B, S] must be reshaped to [B, 1, 1, S]"
+    assert p.expected == "broadcastable to [B, num_heads, T, S], with [B, 4, 5, 5] for [B, num_heads, T, S]"
+    assert p.hint == "a mask below rank 4 starts with the batch: [B, S] (padding) or [B, T, S]"
+    p = problem("attention", (2, 5, 16), (5, 5), dtypes=[None, "bool"], num_heads=4, masked=True)
+    assert (p.code, p.port) == ("E_SHAPE", "mask")
+    assert p.message == (
+        "the padding mask [5, 5] (read as [5, 1, 1, 5]) does not broadcast to the attention scores "
+        "[B, num_heads, T, S] = [2, 4, 5, 5]"
+    )
+    p = problem("attention", ("B", 5, 16), ("B", 5, 5, 5, 1), dtypes=[None, "bool"], num_heads=4, masked=True)
+    assert (p.code, p.port, p.message) == ("E_SHAPE", "mask", "the mask has rank 5")
+    assert p.expected == "rank 2 [B, S] (padding), rank 3 [B, T, S] or rank 4 broadcastable to [B, num_heads, T, S]"
     p = problem("attention", (2, 5, 16), (3, 7, 16), num_heads=4)
     assert (p.code, p.port) == ("E_SHAPE", "kv")
     p = problem("attention", ("B", 5, 16), num_heads=4, masked=True)

@@ -597,7 +597,7 @@ def test_module_op_is_refused_without_allow_imports() -> None:
     (problem,) = error.problems
     assert (problem.code, problem.node, problem.op, where(problem)) == ("E_PARAM", "act", "module", "7:36")
     assert problem.message == "importing 'torch.nn:Tanh' is refused: this spec was loaded without allow_imports"
-    assert problem.hint == "pass allow_imports=True to hndl.load if you trust this file"
+    assert problem.hint == "pass allow_imports=True to hndl.load (or hndl.load_model) if you trust this file"
     model = hndl.build(hndl.loads(text, allow_imports=True))
     assert type(model.nodes["n_act"]).__name__ == "Tanh"
 

@@ -289,3 +289,32 @@ def test_hndl_docs_uses_only_public_hndl_core_names():
         assert not re.search(r"\bhndl\.\w*\._", text.replace("hndl.ops._dense", "")), path.name
         for attribute in re.findall(r"\b(?:opdef|o|p|cn|checked|graph|registry)\._\w+", text):
             raise AssertionError(f"{path.name} reads {attribute}")
+
+
+def test_regression_the_generator_refuses_to_write_outside_an_hndl_checkout(tmp_path, capsys, monkeypatch):
+    # Run in a user's project (as a hint once suggested), it rewrote that project's docs/reference: 58 files
+    # changed, one deleted.
+    reference = tmp_path / "docs" / "reference"
+    reference.mkdir(parents=True)
+    (reference / "mine.md").write_text("my own page\n")
+    monkeypatch.chdir(tmp_path)
+    for argv in ([], ["--check"]):
+        assert docs.main(argv) == 2
+        out = capsys.readouterr().out
+        assert "is not a checkout of hndl (it has no packages/hndl-docs/ and no SPEC.md)" in out
+        assert "run `hndl ops`" in out
+    assert [p.name for p in reference.iterdir()] == ["mine.md"]
+    assert (reference / "mine.md").read_text() == "my own page\n"
+
+
+def test_the_generator_writes_where_root_names_on_purpose(tmp_path):
+    (tmp_path / "docs").mkdir()
+    assert not docs.is_checkout(tmp_path)
+    assert docs.main(["--root", str(tmp_path)]) == 0
+    assert (tmp_path / "docs" / "reference" / "ops" / "linear.md").is_file()
+
+
+def test_a_checkout_is_recognised(monkeypatch):
+    assert docs.is_checkout(ROOT)
+    monkeypatch.chdir(ROOT)
+    assert docs.main(["--check"]) in (0, 1)  # compared, not refused

@@ -1,11 +1,18 @@
-"""Fuzz spec files for a time budget: ``nox -s fuzz`` (``-- --seconds 60`` for a short run).
+"""Fuzz spec files, one-file models and pictures for a time budget: ``nox -s fuzz`` (``-- --seconds 60`` for a
+short run).
 
-Runs the hardening cases of ``spec_mutator.HOSTILE`` first, then mutants of the seed specs and of those cases
-(``tests/support/spec_mutator.py``, the mutator the property tests use), each through ``hndl.loads`` ->
-``hndl.check`` -> ``hndl.build`` on PyTorch's meta device (for those that check), and ``dumps``/``loads`` for
-those that load. Anything but :class:`hndl.HndlError` is a failure, and so is a case that runs past
-``--case-seconds`` of CPU time or a round trip that changes the text. Each distinct failure (exception type and where it
-was raised) is reported with its count and reproducers: the spec text in a file, the traceback beside it.
+Runs the hardening cases of ``spec_mutator.HOSTILE`` and ``HOSTILE_MODELS`` first, then mutants of the seed
+specs (graph parameters included) and of those cases (``tests/support/spec_mutator.py``, the mutator the
+property tests use), each through ``hndl.loads`` -> ``hndl.check`` -> ``hndl.build`` on PyTorch's meta device
+(for those that check, and within the size hndl builds there to describe a graph), and ``dumps``/``loads`` for
+those that load; a share of those that load are also drawn (DOT and Mermaid text, which must hold no control
+character, and now and then SVG through Graphviz's ``dot``, which must parse as XML). A share of the cases are
+one-file models instead: the seed and hostile ``.safetensors`` files mutated (header as data, the spec in
+their metadata as text, their ties, their bytes) through ``hndl.load_model`` and a call. Anything but
+:class:`hndl.HndlError` is a failure, and so is a case that runs past ``--case-seconds`` of CPU time, one that
+raises the process's peak memory by more than ``--case-memory-gb``, a round trip that changes the text, or a
+picture that is not clean. Each distinct failure (exception type and where it was raised) is reported with its
+count and reproducers: the case in a file, the traceback beside it.
 
 Prints cases per second (of wall time, and per CPU second, which other load on the machine does not change)
 as it goes; exits 1 when anything failed, 0 otherwise. Skips nothing: every case is
@@ -32,7 +39,20 @@ from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
-from spec_mutator import HOSTILE, JUNK_CHARACTERS, KEYS, NAMES, OPS, SEEDS, mutate_data, mutate_text, to_text
+from spec_mutator import (
+    HOSTILE,
+    HOSTILE_MODELS,
+    JUNK_CHARACTERS,
+    KEYS,
+    MODEL_SEEDS,
+    NAMES,
+    OPS,
+    SEEDS,
+    mutate_data,
+    mutate_model,
+    mutate_text,
+    to_text,
+)
 
 import hndl
 
@@ -64,8 +84,16 @@ SPECIAL_SCALARS: list[Any] = [
     "B+1",
     "(",
     "1e5",
+    # graph parameters (issue 20): references, expressions, and a list of references that grows per level
+    "$width",
+    "$q",
+    "$width*2",
+    "$nope",
+    ["$q", "$q", "$q", "$q"],
+    "n" * 20_000,
+    "a\x00b&amp;#quot;<b>`",
 ]
-STRINGS = NAMES + OPS + KEYS + ["float32", "int64", "cpu", "meta"]
+STRINGS = NAMES + OPS + KEYS + ["float32", "int64", "cpu", "meta", "$depth", "$act", "$hidden", "block"]
 TEXT_CHARACTERS = string.printable + "\x00\x1b\r\u2028\u202e\ufeffé"
 
 
@@ -128,9 +156,12 @@ class Run:
     failures: dict[tuple[str, str], Failure] = field(default_factory=dict)
     cases: int = 0
     cpu: float = 0.0  # CPU seconds the fuzzing used (summed over workers): the rate other load cannot change
-    stages: dict[str, int] = field(default_factory=lambda: {"load": 0, "check": 0, "build": 0})
+    stages: dict[str, int] = field(
+        default_factory=lambda: {"load": 0, "check": 0, "build": 0, "draw": 0, "svg": 0, "model": 0, "models loaded": 0}
+    )
+    peak: int = 0  # the process's peak resident memory after the last case, in bytes
 
-    def record(self, text: str, stage: str, exc: BaseException, label: str) -> None:
+    def record(self, text: str | bytes, stage: str, exc: BaseException, label: str) -> None:
         frames = traceback.extract_tb(exc.__traceback__)
         if isinstance(exc, CaseTimeout) and len(frames) > 1:
             frames = frames[:-1]  # the last frame is the timer's handler; the one before is what was running
@@ -140,18 +171,40 @@ class Run:
         failure.count += 1
         if len(failure.reproducers) < self.keep:
             self.out.mkdir(parents=True, exist_ok=True)
-            path = self.out / f"case-{self.cases:07d}.yaml"
-            path.write_text(text, encoding="utf-8", errors="surrogatepass")
+            if isinstance(text, bytes):
+                path = self.out / f"case-{self.cases:07d}.safetensors"
+                path.write_bytes(text)
+            else:
+                path = self.out / f"case-{self.cases:07d}.yaml"
+                path.write_text(text, encoding="utf-8", errors="surrogatepass")
             detail = "".join(traceback.format_exception(exc))
             path.with_suffix(".txt").write_text(f"{label}\nstage: {stage}\n\n{detail}", encoding="utf-8")
             failure.reproducers.append(path)
             failure.example = (str(exc).splitlines() or [""])[0][:200]
 
 
-def run_case(run: Run, text: str, label: str, case_seconds: float, round_trip: bool = True) -> None:
+class MemoryGrowth(Exception):
+    """A case raised the process's peak memory by more than --case-memory-gb."""
+
+
+def run_case(
+    run: Run,
+    text: str,
+    label: str,
+    case_seconds: float,
+    round_trip: bool = True,
+    *,
+    draw: bool = False,
+    svg: bool = False,
+    case_memory: float = 1.0,
+) -> None:
     """One case through load -> check -> meta build (and, with ``round_trip``, ``dumps``/``loads`` of what
-    loaded); failures recorded."""
+    loaded; with ``draw``, DOT and Mermaid text of what loaded, and with ``svg`` an SVG through Graphviz);
+    failures recorded."""
     import torch
+
+    from hndl._check import meta_build_problem
+    from hndl.torch import build_module
 
     run.cases += 1
     stage = "load"
@@ -167,16 +220,23 @@ def run_case(run: Run, text: str, label: str, case_seconds: float, round_trip: b
             dumped = hndl.dumps(graph)
             if hndl.dumps(hndl.loads(dumped)) != dumped:
                 raise AssertionError("dumps(loads(dumps(g))) differs from dumps(g)")
+        if draw:
+            stage = "draw"
+            if draw_case(graph, svg):
+                run.stages["draw"] += 1
+                run.stages["svg"] += svg
         stage = "check"
         try:
-            hndl.check(graph)
+            checked = hndl.check(graph)
         except hndl.HndlError:
             return
         run.stages["check"] += 1
         stage = "build"
+        if meta_build_problem(checked) is not None:  # as hndl summary does: too large to build only to describe
+            return
         try:
             with torch.device("meta"):
-                hndl.build(graph)
+                build_module(graph, checked)
         except hndl.HndlError:
             return
         run.stages["build"] += 1
@@ -186,6 +246,76 @@ def run_case(run: Run, text: str, label: str, case_seconds: float, round_trip: b
         run.record(text, stage, exc, label)
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0)
+        _check_memory(run, text, stage, label, case_memory)
+
+
+def draw_case(graph: hndl.Graph, svg: bool) -> bool:
+    """Draw ``graph`` as DOT and Mermaid text (and, with ``svg``, as SVG through Graphviz); ``False`` when it
+    cannot be drawn (an HndlError), an AssertionError when a picture is not clean."""
+    try:
+        texts = [hndl.draw(graph, format="dot"), hndl.draw(graph, format="mermaid")]
+    except hndl.HndlError:
+        return False
+    for text in texts:
+        assert isinstance(text, str)
+        bad = sorted({ch for ch in text if ch != "\n" and not ch.isprintable()})
+        if bad:
+            raise AssertionError(f"the picture holds control characters {bad!r}")
+        if max(map(len, text.splitlines()), default=0) > 2000:
+            raise AssertionError("the picture has a line of more than 2,000 characters")
+    if svg:
+        import xml.etree.ElementTree as ET
+
+        image = hndl.draw(graph, format="svg")
+        try:
+            ET.fromstring(image)
+        except ET.ParseError as exc:
+            raise AssertionError(f"the SVG is not valid XML: {exc}") from exc
+    return True
+
+
+def run_model_case(
+    run: Run, data: bytes, label: str, case_seconds: float, path: Path, *, case_memory: float = 1.0
+) -> None:
+    """One model file through ``hndl.load_model`` and, when it loads, a call on example inputs; failures
+    recorded (the file kept as the reproducer)."""
+    run.cases += 1
+    run.stages["model"] += 1
+    stage = "load_model"
+    signal.setitimer(signal.ITIMER_PROF, case_seconds)
+    try:
+        path.write_bytes(data)
+        try:
+            model = hndl.load_model(path)
+        except hndl.HndlError:
+            return
+        run.stages["models loaded"] += 1
+        stage = "call"
+        try:
+            model(*model.example_inputs(B=2))
+        except hndl.HndlError:
+            return
+    except (Exception, RecursionError, MemoryError, CaseTimeout) as exc:
+        run.record(data, stage, exc, label)
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        _check_memory(run, data, stage, label, case_memory)
+
+
+def _check_memory(run: Run, case: str | bytes, stage: str, label: str, gigabytes: float) -> None:
+    """Record the case when it raised the process's peak resident memory by more than ``gigabytes`` (the peak
+    only grows, so this sees a case that used that much more than any before it)."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+    grew, run.peak = peak - run.peak, max(run.peak, peak)
+    if run.cases > 1 and gigabytes > 0 and grew > gigabytes * 2**30:
+        try:
+            raise MemoryGrowth(f"the peak resident memory grew by {grew / 2**30:.2f} GB")
+        except MemoryGrowth as exc:
+            run.record(case, stage, exc, label)
 
 
 #: The seeds as text in each style, written once: the seeds never change, and writing them was a tenth of the run.
@@ -193,6 +323,18 @@ SEED_TEXTS = [to_text(seed, style) for seed in SEEDS for style in ("block", "flo
 #: The share of loaded cases that also go through the dumps/loads round trip: it parses the spec twice more,
 #: so checking it on every case would halve the cases run; a third still round-trips tens of thousands.
 ROUND_TRIP_SHARE = 0.33
+
+
+#: The share of cases that are one-file models rather than spec texts, of loaded specs that are also drawn as
+#: DOT and Mermaid text, and of those drawn that also go through Graphviz to SVG (a process per picture).
+MODEL_SHARE = 0.15
+DRAW_SHARE = 0.2
+SVG_SHARE = 0.05
+
+
+def next_model_case(choose: RandomChooser) -> tuple[bytes, str]:
+    name, data = choose.choice([*MODEL_SEEDS.items(), *HOSTILE_MODELS.items()])
+    return mutate_model(choose, data), f"mutated model file {name!r}"
 
 
 def next_case(choose: RandomChooser, hostile: list[str]) -> tuple[str, str]:
@@ -216,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out) if args.out else Path(tempfile.gettempdir()) / f"hndl-fuzz-{seed}"
     jobs = max(1, args.jobs)
     print(f"fuzzing for {args.seconds:g} s in {jobs} processes, seed {seed}; reproducers go to {out}", flush=True)
-    settings = (args.seconds, args.keep, args.case_seconds, args.memory_gb, args.report_every)
+    settings = (args.seconds, args.keep, args.case_seconds, args.memory_gb, args.report_every, args.case_memory_gb)
     start = time.perf_counter()
     if jobs == 1:
         runs = [fuzz(0, seed, out, *settings)]
@@ -249,6 +391,7 @@ def fuzz(
     case_seconds: float,
     memory_gb: float,
     report_every: float,
+    case_memory_gb: float = 1.0,
 ) -> Run:
     """One process's share: worker 0 runs the hostile cases first; every worker then mutates for the budget,
     from its own random stream (``seed`` and the worker number), writing reproducers under ``out/worker-N``."""
@@ -258,18 +401,40 @@ def fuzz(
     run = Run(out=out / f"worker-{worker}", keep=keep)
     signal.signal(signal.SIGPROF, _timeout)
     _limit_memory(memory_gb)
+    scratch = Path(tempfile.mkdtemp(prefix=f"hndl-fuzz-models-{worker}-")) / "model.safetensors"
     start, cpu_start = time.perf_counter(), time.process_time()
     if worker == 0:
         for name, text in HOSTILE.items():
-            run_case(run, text, f"hostile case {name!r}", case_seconds)
+            # A long text costs about a second to parse (25 us a value): its round trip would parse it twice more.
+            short = len(text) < 20_000
+            label = f"hostile case {name!r}"
+            run_case(run, text, label, case_seconds, short, draw=True, case_memory=case_memory_gb)
+        for name, data in HOSTILE_MODELS.items():
+            run_model_case(run, data, f"hostile model {name!r}", case_seconds, scratch, case_memory=case_memory_gb)
     choose = RandomChooser(random.Random(seed * 1000 + worker))
     # Mutants of the long hostile texts cost seconds each to parse; the short ones are mutated.
     hostile = [text for text in HOSTILE.values() if len(text) < 20_000]
     last_report = start
     while time.perf_counter() - start < seconds:
-        text, label = next_case(choose, hostile)
-        round_trip = choose.rng.random() < ROUND_TRIP_SHARE
-        run_case(run, text, f"{label}, seed {seed}, worker {worker}, case {run.cases + 1}", case_seconds, round_trip)
+        where = f"seed {seed}, worker {worker}, case {run.cases + 1}"
+        if choose.rng.random() < MODEL_SHARE:
+            data, label = next_model_case(choose)
+            run_model_case(run, data, f"{label}, {where}", case_seconds, scratch, case_memory=case_memory_gb)
+        else:
+            text, label = next_case(choose, hostile)
+            round_trip = choose.rng.random() < ROUND_TRIP_SHARE
+            draw = choose.rng.random() < DRAW_SHARE
+            svg = draw and choose.rng.random() < SVG_SHARE
+            run_case(
+                run,
+                text,
+                f"{label}, {where}",
+                case_seconds,
+                round_trip,
+                draw=draw,
+                svg=svg,
+                case_memory=case_memory_gb,
+            )
         now = time.perf_counter()
         run.cpu = time.process_time() - cpu_start
         if now - last_report >= report_every:
@@ -283,14 +448,15 @@ def _progress(run: Run, elapsed: float) -> str:
     return (
         f"{run.cases} cases in {elapsed:.0f} s ({run.cases / max(elapsed, 1e-9):.0f}/s, "
         f"{run.cases / max(run.cpu, 1e-9):.0f} per CPU second): "
-        f"{run.stages['load']} loaded, {run.stages['check']} checked, {run.stages['build']} built; "
-        f"{failures} failures"
+        f"{run.stages['load']} loaded, {run.stages['check']} checked, {run.stages['build']} built, "
+        f"{run.stages['draw']} drawn ({run.stages['svg']} as SVG); {run.stages['model']} model files, "
+        f"{run.stages['models loaded']} loaded; {failures} failures"
     )
 
 
 def _report(run: Run) -> int:
     if not run.failures:
-        print("no failures: every case loaded, checked and built, or raised HndlError")
+        print("no failures: every case loaded, checked, built and drew, or raised HndlError")
         return 0
     print(f"\n{len(run.failures)} distinct failures:")
     for failure in sorted(run.failures.values(), key=lambda f: -f.count):
@@ -330,6 +496,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     # The issue's bound is 1 s per case; twice that leaves room for a slow machine.
     parser.add_argument("--case-seconds", type=float, default=2.0, help="a case using more CPU time fails (default 2)")
     parser.add_argument("--memory-gb", type=float, default=6.0, help="address-space cap, 0 for none (default 6)")
+    parser.add_argument(
+        "--case-memory-gb",
+        type=float,
+        default=1.0,
+        help="a case raising the peak resident memory by more than this fails, 0 for no check (default 1)",
+    )
     parser.add_argument("--report-every", type=float, default=30.0, help="seconds between progress lines")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: one per CPU)")
     return parser.parse_args(argv)

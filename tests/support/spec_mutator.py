@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import string
+import struct
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -77,6 +79,35 @@ SEEDS: list[dict[str, Any]] = [
         },
         "outputs": ["drop", "t"],
     },
+    {
+        "hndl": 1,
+        "name": "configured",
+        "params": {"width": 8, "depth": 2, "act": True, "q": [1, 2]},
+        "inputs": {"x": {"shape": ["B", "width"]}},
+        "nodes": {
+            "stack": {
+                "op": "graph",
+                "graph": "block",
+                "repeat": "$depth",
+                "in": "x",
+                "params": [{"hidden": "$width*2", "gated": "$act", "sizes": "$q", "out": "$width"}, {"out": "$width"}],
+            },
+            "out": {"op": "linear", "in": "stack", "out_features": "$width//2"},
+        },
+        "outputs": ["out"],
+        "graphs": {
+            "block": {
+                "params": {"hidden": 4, "gated": False, "sizes": [1], "out": 8},
+                "inputs": {"h": {"shape": ["B", "D"]}},
+                "nodes": {
+                    "up": {"op": "linear", "in": "h", "out_features": "$hidden"},
+                    "act": {"op": "relu", "in": "up", "when": "$gated"},
+                    "down": {"op": "linear", "in": "act", "out_features": "$out"},
+                },
+                "outputs": ["down"],
+            }
+        },
+    },
 ]
 
 
@@ -91,6 +122,90 @@ _NESTED_REPEAT = (
     "  a: {inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: graph, graph: b, repeat: 1000, in: h}}, outputs: [m]}\n"
     "  b: {inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: graph, graph: c, repeat: 1000, in: h}}, outputs: [m]}\n"
     "  c: {inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: relu, in: h}}, outputs: [m]}\n"
+)
+
+
+def nested_subgraphs(levels: int) -> str:
+    """A graph whose subgraph ``g0`` runs ``g1``, which runs ``g2``, ... ``levels`` deep (issue 20: 249 levels,
+    24 KB, were a RecursionError)."""
+    lines = ["hndl: 1", "inputs: {x: {shape: [B, 4]}}", "nodes: {n: {op: graph, graph: g0, in: x}}", "outputs: [n]"]
+    lines.append("graphs:")
+    for i in range(levels):
+        inner = f"{{op: graph, graph: g{i + 1}, in: h}}" if i < levels - 1 else "{op: relu, in: h}"
+        lines.append(f"  g{i}: {{inputs: {{h: {{shape: [B, 4]}}}}, nodes: {{m: {inner}}}, outputs: [m]}}")
+    return "\n".join(lines) + "\n"
+
+
+def graph_parameter_laughs(levels: int, width: int = 10) -> str:
+    """Graph parameters as a "billion laughs": each level passes on ``q: [$q, $q, ...]`` (issue 20: 8 levels,
+    1.4 KB, grew without bound)."""
+    refs = "[" + ", ".join(["$q"] * width) + "]"
+    lines = ["hndl: 1", "inputs: {x: {shape: [B, 4]}}", "nodes: {n: {op: graph, graph: g0, in: x, params: {q: 1}}}"]
+    lines += ["outputs: [n]", "graphs:"]
+    for i in range(levels):
+        inner = (
+            f"{{op: graph, graph: g{i + 1}, in: h, params: {{q: {refs}}}}}" if i < levels - 1 else "{op: relu, in: h}"
+        )
+        lines.append(
+            f"  g{i}: {{params: {{q: 0}}, inputs: {{h: {{shape: [B, 4]}}}}, nodes: {{m: {inner}}}, outputs: [m]}}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def high_rank(rank: int, repeat: int = 1000) -> str:
+    """A reshape to ``rank`` dims, then ``repeat`` relus that take any shape (``[*s]``): issue 20, rank 1,000 took
+    25 s and rank 40,000 was a MemoryError."""
+    return (
+        "hndl: 1\ninputs: {x: {shape: [B]}}\nnodes:\n"
+        f"  r: {{op: reshape, in: x, shape: [-1{',1' * (rank - 1)}]}}\n"
+        f"  n: {{op: graph, graph: g, in: r, repeat: {repeat}}}\n"
+        "outputs: [n]\ngraphs:\n"
+        "  g: {inputs: {h: {shape: ['*s']}}, nodes: {m: {op: relu, in: h}}, outputs: [m]}\n"
+    )
+
+
+def many_relus(per_graph: int, repeat: int) -> str:
+    """``repeat`` repetitions of a chain of ``per_graph`` relus (issue 20: 100 x 999 in 315 bytes made ``hndl
+    summary`` take 40 s and 3.6 GB)."""
+    chain = ", ".join(f"r{i}: {{op: relu, in: {'h' if i == 0 else f'r{i - 1}'}}}" for i in range(per_graph))
+    return (
+        "hndl: 1\ninputs: {x: {shape: [B, 4]}}\n"
+        f"nodes: {{n: {{op: graph, graph: g, in: x, repeat: {repeat}}}}}\noutputs: [n]\ngraphs:\n"
+        f"  g: {{inputs: {{h: {{shape: [B, 4]}}}}, nodes: {{{chain}}}, outputs: [r{per_graph - 1}]}}\n"
+    )
+
+
+SELF_USE = (
+    "hndl: 1\n"
+    "inputs: {x: {shape: [B, 4]}}\n"
+    "nodes: {n: {op: graph, graph: g, in: x}}\n"
+    "outputs: [n]\n"
+    "graphs:\n"
+    "  g: {inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: graph, graph: g, in: h}}, outputs: [m]}\n"
+)
+MUTUAL_USE = SELF_USE.replace("graph: g, in: h", "graph: f, in: h") + (
+    "  f: {inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: graph, graph: g, in: h}}, outputs: [m]}\n"
+)
+TIE_FLOAT64_TO_FLOAT32 = (
+    "hndl: 1\ninputs: {x: {shape: [B, 4], dtype: float64}, y: {shape: [B, 4]}}\n"
+    "nodes:\n"
+    "  a: {op: linear, in: x, out_features: 4}\n"
+    "  b: {op: linear, in: y, out_features: 4, tie: {weight: a.weight}}\n"
+    "outputs: [a, b]\n"
+)
+NESTED_EMPTY_REPEAT = _NESTED_REPEAT.replace("nodes: {m: {op: relu, in: h}}, outputs: [m]", "nodes: {}, outputs: [h]")
+
+#: What a picture must escape (issue 20): a name of 20,000 characters (an explicit key: YAML reads implicit keys
+#: of at most 1,024), an op with NUL, an escape code, entities, a line break, Mermaid's quote code and a backtick,
+#: a reference with NUL and U+2028, a repeat that is text, and a port that is NUL. It does not check, and is
+#: drawn anyway.
+DRAW_HOSTILE = (
+    "hndl: 1\ninputs: {x: {shape: [B, 4]}}\nnodes:\n"
+    f"  ? {'n' * 20_000}\n  : {{op: relu, in: x}}\n"
+    '  b: {op: "r\\0e\\x1b[2J&amp;<b>\\n#quot;`|]", in: "zz\\0&lt;\\u2028"}\n'
+    '  c: {op: graph, graph: g, in: x, repeat: "3\\n&"}\n'
+    f"outputs: [b, c, {'n' * 20_000}]\n"
+    'graphs:\n  g: {inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: relu, in: "h.\\0"}}, outputs: [m]}\n'
 )
 
 #: Spec texts from the hardening issue, each once bounded-time trouble or a non-HndlError.
@@ -128,6 +243,17 @@ HOSTILE: dict[str, str] = {
     "deep nesting": "hndl: 1\nx: " + "[" * 5000 + "]" * 5000 + "\n",
     "billion laughs": "a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
     + "".join(f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]\n" for i in range(1, 10)),
+    # issue 20
+    "249 nested subgraphs": nested_subgraphs(249),
+    "subgraph uses itself": SELF_USE,
+    "subgraphs use each other": MUTUAL_USE,
+    "graph parameter laughs": graph_parameter_laughs(8),
+    "reshape to rank 1000": high_rank(1000),
+    "reshape to rank 40000": high_rank(40_000, repeat=10),
+    "100 x 999 relus": many_relus(100, 999),
+    "nested repeats of an empty graph": NESTED_EMPTY_REPEAT,
+    "tie float64 to float32": TIE_FLOAT64_TO_FLOAT32,
+    "names a picture must escape": DRAW_HOSTILE,
 }
 
 NAMES = ["x", "h", "hidden", "act", "out", "blocks", "block", "norm", "parts.0", "parts.7", "img", "ids", "nope"]
@@ -240,3 +366,165 @@ def mutate_text(choose: Chooser, text: str) -> str:
             i = min(at, len(text) - 1)
             text = text[:i] + choose.character() + text[i + 1 :]
     return text
+
+
+# --- one-file models (.safetensors) ----------------------------------------------------------------------------
+
+_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+
+
+def model_file(
+    spec: str | None,
+    tensors: dict[str, tuple[str, list[int]]],
+    *,
+    tied: Any = None,
+    metadata: dict[str, Any] | None = None,
+) -> bytes:
+    """The bytes of a ``.safetensors`` file as :func:`hndl.save` writes it: ``tensors`` (name -> dtype code,
+    shape) filled with zeros, ``spec`` and ``tied`` (a mapping, written as JSON, or any value as it is) in the
+    metadata, then ``metadata`` on top. Written by hand, so a test can say anything the format allows and more."""
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, (dtype, shape) in tensors.items():
+        size = math.prod(shape) * _ITEMSIZE.get(dtype, 1)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    meta: dict[str, Any] = {"format": "pt", "hndl.format": "1"}
+    if spec is not None:
+        meta["hndl.spec"] = spec
+    meta["hndl.tied"] = json.dumps(tied if tied is not None else {}) if not isinstance(tied, str) else tied
+    meta.update(metadata or {})
+    header["__metadata__"] = meta
+    return header_bytes(json.dumps(header)) + b"\0" * offset
+
+
+def header_bytes(text: str) -> bytes:
+    """The length field and the header of a safetensors file (padded with spaces to 8 bytes, as safetensors does)."""
+    raw = text.encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def edit_header(data: bytes, name: str, **fields: Any) -> bytes:
+    """``data`` (a safetensors file) with ``fields`` of tensor ``name``'s header entry replaced (``name``
+    ``"__metadata__"`` for the metadata), the data bytes kept."""
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    header.setdefault(name, {}).update(fields)
+    return header_bytes(json.dumps(header)) + data[8 + length :]
+
+
+MLP_SPEC = (
+    "hndl: 1\nname: mlp\ninputs: {x: {shape: [B, 4]}}\n"
+    "nodes: {a: {op: linear, in: x, out_features: 4}, b: {op: linear, in: a, out_features: 4}}\noutputs: [b]\n"
+)
+MLP_TENSORS: dict[str, tuple[str, list[int]]] = {
+    "nodes.n_a.weight": ("F32", [4, 4]),
+    "nodes.n_a.bias": ("F32", [4]),
+    "nodes.n_b.weight": ("F32", [4, 4]),
+    "nodes.n_b.bias": ("F32", [4]),
+}
+BATCHNORM_SPEC = "hndl: 1\ninputs: {x: {shape: [B, 4]}}\nnodes: {n: {op: batchnorm1d, in: x}}\noutputs: [n]\n"
+BATCHNORM_TENSORS: dict[str, tuple[str, list[int]]] = {
+    "nodes.n_n.weight": ("F32", [4]),
+    "nodes.n_n.bias": ("F32", [4]),
+    "nodes.n_n.running_mean": ("F32", [4]),
+    "nodes.n_n.running_var": ("F32", [4]),
+    "nodes.n_n.num_batches_tracked": ("I64", []),
+}
+BIG_LINEAR_SPEC = (
+    "hndl: 1\ninputs: {x: {shape: [B, 16384]}}\nnodes: {n: {op: linear, in: x, out_features: 16384}}\noutputs: [n]\n"
+)
+
+
+def _with_dtype(dtype: str) -> dict[str, tuple[str, list[int]]]:
+    return {name: (dtype if name == "nodes.n_a.weight" else code, shape) for name, (code, shape) in MLP_TENSORS.items()}
+
+
+#: Model files from the hardening issue (issue 20), each once a non-HndlError or unbounded work in load_model.
+HOSTILE_MODELS: dict[str, bytes] = {
+    "int weights": model_file(MLP_SPEC, _with_dtype("I64")),
+    "bool weights": model_file(MLP_SPEC, _with_dtype("BOOL")),
+    "uint8 weights": model_file(MLP_SPEC, _with_dtype("U8")),
+    "header nested 100k deep": header_bytes('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+    "tied of the wrong type": model_file(MLP_SPEC, MLP_TENSORS, tied="[1, 2]"),
+    "tied to a number": model_file(MLP_SPEC, MLP_TENSORS, tied={"nodes.n_b.weight": 1}),
+    "tied as a JSON object": model_file(MLP_SPEC, MLP_TENSORS, metadata={"hndl.tied": {"a": "b"}}),
+    "tie a parameter to a buffer": model_file(
+        BATCHNORM_SPEC,
+        {k: v for k, v in BATCHNORM_TENSORS.items() if k != "nodes.n_n.weight"},
+        tied={"nodes.n_n.weight": "nodes.n_n.running_mean"},
+    ),
+    "16384x16384 linear in 221 bytes": model_file(BIG_LINEAR_SPEC, {}),
+    "invented tie": model_file(
+        MLP_SPEC,
+        {k: v for k, v in MLP_TENSORS.items() if k != "nodes.n_b.weight"},
+        tied={"nodes.n_b.weight": "nodes.n_a.weight"},
+    ),
+    "spec of another type": model_file(None, MLP_TENSORS, metadata={"hndl.spec": 7}),
+    "unknown dtype": model_file(MLP_SPEC, _with_dtype("Q9")),
+    "offsets disagree with the shape": edit_header(model_file(MLP_SPEC, MLP_TENSORS), "nodes.n_a.bias", shape=[5]),
+    # found by the fuzzer: sizes whose product has more digits than Python prints
+    "4000-digit sizes": edit_header(model_file(MLP_SPEC, MLP_TENSORS), "nodes.n_a.bias", shape=[10**4000] * 3),
+    "sizes whose product is huge": edit_header(
+        model_file(MLP_SPEC, MLP_TENSORS), "nodes.n_a.bias", shape=[2**62] * 100
+    ),
+}
+#: Model files that load, for the fuzzer to mutate.
+MODEL_SEEDS: dict[str, bytes] = {
+    "mlp": model_file(MLP_SPEC, MLP_TENSORS),
+    "batchnorm": model_file(BATCHNORM_SPEC, BATCHNORM_TENSORS),
+    "tied mlp": model_file(
+        MLP_SPEC.replace("out_features: 4}}", "out_features: 4, tie: {weight: a.weight}}}"),
+        {k: v for k, v in MLP_TENSORS.items() if k != "nodes.n_b.weight"},
+        tied={"nodes.n_b.weight": "nodes.n_a.weight"},
+    ),
+}
+
+
+def mutate_model(choose: Chooser, data: bytes) -> bytes:
+    """``data`` (a safetensors file) with one or two edits: its header mutated as data (entries' dtypes, shapes
+    and offsets, metadata), the spec text in its metadata mutated as text, its ``hndl.tied`` replaced, or its
+    bytes edited (truncated, a byte changed, bytes inserted)."""
+    for _ in range(choose.integer(1, 2)):
+        header, rest = _split_header(data)
+        # The spec most often, so that many mutants get past the layout checks to the spec and the weights.
+        action = choose.choice(["header", "header", "header", "spec", "spec", "spec", "spec", "tied", "tied", "bytes"])
+        if action == "bytes" or header is None:
+            at = choose.integer(0, len(data))
+            kind = choose.choice(["truncate", "byte", "insert"])
+            if kind == "truncate":
+                data = data[:at]
+            elif kind == "byte" and data:
+                i = min(at, len(data) - 1)
+                data = data[:i] + bytes([choose.integer(0, 255)]) + data[i + 1 :]
+            else:
+                data = data[:at] + choose.junk().encode("utf-8", "surrogatepass") + data[at:]
+            continue
+        meta = header.get("__metadata__") if isinstance(header, dict) else None
+        if action == "spec" and isinstance(meta, dict) and isinstance(meta.get("hndl.spec"), str):
+            meta["hndl.spec"] = mutate_text(choose, meta["hndl.spec"])
+        elif action == "tied" and isinstance(meta, dict):
+            names = [str(k) for k in header if k != "__metadata__"] + ["nodes.n_zz.weight"]
+            meta["hndl.tied"] = choose.choice(
+                [json.dumps({choose.choice(names): choose.choice(names)}), json.dumps(choose.value()), "{", ""]
+            )
+        else:
+            header = mutate_data(choose, header)
+        try:
+            text = json.dumps(header, allow_nan=True)
+        except (ValueError, OverflowError, TypeError):
+            continue
+        data = header_bytes(text) + rest
+    return data
+
+
+def _split_header(data: bytes) -> tuple[Any, bytes]:
+    """The header of a safetensors file as data (``None`` if it is not readable) and the bytes after it."""
+    if len(data) < 8:
+        return None, data
+    (length,) = struct.unpack("<Q", data[:8])
+    try:
+        return json.loads(data[8 : 8 + length]), data[8 + length :]
+    except (ValueError, RecursionError):
+        return None, data

@@ -20,6 +20,11 @@ ENTRIES = [
     "unet",
     "lstm_classifier",
     "seq2seq_transformer",
+    "llama",
+    "mistral",
+    "bert",
+    "whisper_encoder",
+    "t5_encoder",
 ]
 
 
@@ -91,6 +96,45 @@ def test_a_bad_override_value_is_reported_by_the_checker_at_the_spec_line():
     assert problem.code == "E_PARAM"
     assert problem.location is not None
     assert problem.location.startswith("zoo:gpt2:")
+
+
+def test_a_preset_sets_a_published_configuration_and_overrides_apply_after_it():
+    graph = hndl.zoo.get("llama", preset="llama-3-8b")
+    assert (graph.params["num_key_value_heads"], graph.params["rope_theta"]) == (8, 500000.0)
+    assert graph.params["vocab_size"] == 128256
+    assert hndl.zoo.get("llama", preset="llama-3-8b", num_hidden_layers=2).params["num_hidden_layers"] == 2
+    assert hndl.zoo.get("zoo:llama@llama-2-7b").params == hndl.zoo.get("llama", preset="llama-2-7b").params
+    assert hndl.dumps(hndl.load("zoo:bert@bert-base")) == hndl.dumps(hndl.zoo.get("bert", preset="bert-base"))
+    assert list(hndl.zoo.presets("zoo:mistral")) == ["mistral-7b"]
+    # a preset's values are the entry's own: changing the returned graph's changes no later get
+    scaled = hndl.zoo.get("llama", preset="llama-3.1-8b")
+    scaled.params["rope_scaling"]["factor"] = 2.0
+    assert hndl.zoo.get("llama", preset="llama-3.1-8b").params["rope_scaling"]["factor"] == 8.0
+
+
+def test_an_unknown_preset_is_e_spec_with_a_did_you_mean():
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.zoo.get("llama", preset="llama-2-13b")
+    problem = info.value.problems[0]
+    assert (problem.code, problem.message) == ("E_SPEC", "zoo:llama has no preset 'llama-2-13b'")
+    assert problem.expected == "one of llama-2-7b, llama-3-8b, llama-3.1-8b"
+    assert problem.hint == "did you mean 'llama-2-7b'?"
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.load("zoo:resnet18@resnet34")
+    assert info.value.problems[0].expected == "no preset: this entry has none"
+
+
+def test_the_summary_command_counts_a_preset_on_the_meta_device():
+    pytest.importorskip("torch")
+    out = subprocess.run(
+        [sys.executable, "-m", "hndl", "summary", "zoo:llama@llama-2-7b", "--depth", "1"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    totals = [line for line in out.stdout.splitlines() if line.startswith("params:")]
+    assert totals == ["params:      6,738,415,616 (trainable 6,738,415,616, non-trainable 0)"]
 
 
 def test_an_unknown_entry_is_e_spec_with_a_did_you_mean():

@@ -236,6 +236,28 @@ CONFIGURATION = {
         *("src_vocab", "tgt_vocab", "d_model", "nhead", "num_encoder_layers", "num_decoder_layers"),
         *("dim_feedforward", "dropout", "max_len"),
     ],
+    "llama": [
+        *("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"),
+        *("num_key_value_heads", "head_dim", "rope_theta", "rope_scaling", "rms_norm_eps", "attention_bias"),
+        *("mlp_bias", "attention_dropout"),
+    ],
+    "mistral": [
+        *("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"),
+        *("num_key_value_heads", "head_dim", "rope_theta", "sliding_window", "rms_norm_eps", "attention_dropout"),
+    ],
+    "bert": [
+        *("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"),
+        *("max_position_embeddings", "type_vocab_size", "pad_token_id", "layer_norm_eps", "hidden_dropout_prob"),
+        "attention_probs_dropout_prob",
+    ],
+    "whisper_encoder": [
+        *("num_mel_bins", "d_model", "encoder_layers", "encoder_attention_heads", "encoder_ffn_dim"),
+        *("max_source_positions", "dropout", "attention_dropout", "activation_dropout"),
+    ],
+    "t5_encoder": [
+        *("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads", "relative_attention_num_buckets"),
+        *("relative_attention_max_distance", "layer_norm_epsilon", "dropout_rate"),
+    ],
 }
 
 
@@ -261,6 +283,11 @@ def test_every_entrys_configuration_is_listed_in_the_docs() -> None:
         ("unet", dict(width=4, in_channels=2)),
         ("lstm_classifier", dict(num_layers=3, hidden_size=8)),
         ("seq2seq_transformer", dict(d_model=32, nhead=2)),
+        ("llama", dict(num_key_value_heads=4, rope_scaling={"rope_type": "linear", "factor": 2.0})),
+        ("mistral", dict(sliding_window=None, num_hidden_layers=1)),
+        ("bert", dict(num_hidden_layers=1, intermediate_size=32)),
+        ("whisper_encoder", dict(max_source_positions=8, encoder_layers=1)),
+        ("t5_encoder", dict(d_kv=8, num_heads=2)),
     ],
 )
 def test_a_configured_entry_round_trips_through_dumps(name: str, overrides: dict[str, int]) -> None:

@@ -113,17 +113,17 @@ def save(model: GraphModule, path: str | os.PathLike[str]) -> None:
     save_file(model, path)
 
 
-def load_model(path: str | os.PathLike[str]) -> GraphModule:
+def load_model(path: str | os.PathLike[str], *, allow_imports: bool = False) -> GraphModule:
     """Rebuild a model :func:`save` wrote: a checked :class:`GraphModule` with the saved weights. Runs no code
-    from the file.
+    from the file; ``allow_imports`` lets its spec use op ``module``, as for :func:`load`.
 
     Raises:
-        HndlError: E_SPEC for a file that is not an hndl model file (not safetensors, truncated, no spec);
-            E_PARAMS for weights that do not match the spec.
+        HndlError: E_SPEC for a file that is not an hndl model file (not safetensors, truncated, no spec) or
+            whose ties are not the spec's; E_PARAMS for weights that do not match the spec.
     """
     from .torch._safetensors import load_model as load_file
 
-    return load_file(path)
+    return load_file(path, allow_imports=allow_imports)
 
 
 def load_state_dict(model: GraphModule, source: Any, rules: Any = (), strict: bool = True) -> LoadReport:

@@ -16,13 +16,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ._contracts import Contract, TensorType, dtype_satisfies, format_shape
 from ._dims import DimError
 from ._errors import Problem, ProblemList
 from ._graph import Graph, Node
 from ._graph_params import (
+    ValueBudget,
     bind_contract,
     bind_node,
     is_reference,
@@ -33,15 +34,50 @@ from ._graph_params import (
 )
 from ._infer import BoundPorts, Report, active_ports, bind_ports, infer_node, input_count_words
 from ._registry import OpDef, Params, registry
-from ._resolve import order_nodes, output_count, resolve_op, resolve_ref, validate_params
+from ._resolve import (
+    MAX_NESTING,
+    check_subgraph_uses,
+    order_nodes,
+    output_count,
+    resolve_op,
+    resolve_ref,
+    validate_params,
+)
 from .naming import excerpt, suggestion
 from .ops._common import Requirement, collect_requirements
 
-__all__ = ["MAX_EXPANDED_NODES", "CheckedGraph", "CheckedNode", "check"]
+__all__ = [
+    "MAX_CHECKED_DIMS",
+    "MAX_EXPANDED_NODES",
+    "MAX_META_DIMS",
+    "MAX_META_NODES",
+    "MAX_RANK",
+    "CheckedGraph",
+    "CheckedNode",
+    "check",
+    "meta_build_problem",
+    "repetition_inputs",
+]
 
-#: The most leaf nodes a graph may expand to, subgraph repetitions included: ``repeat`` is at most 1,000 per
-#: node, but repetitions nest, and three levels of 1,000 would be a billion nodes to check and build.
-MAX_EXPANDED_NODES = 100_000
+T = TypeVar("T")
+
+#: The most nodes a graph may expand to: its leaf nodes with subgraph repetitions expanded, and each repetition
+#: itself (a subgraph without nodes still costs a walk). ``repeat`` is at most 1,000 per node, but repetitions
+#: nest, and three levels of 1,000 would be a billion nodes to check and build. Checking costs about 40 us per
+#: node and a hostile spec of a few lines reaches the limit, so it is kept where a check takes well under a
+#: second; real models expand to hundreds or a few thousand nodes.
+MAX_EXPANDED_NODES = 20_000
+#: The most dims a shape may have, inputs and inferred values alike (numpy's limit too): a ``reshape`` to a
+#: list of thousands of sizes would otherwise be carried through every node after it.
+MAX_RANK = 64
+#: The most dims the values a check infers may hold together (each node's outputs, every repetition): the
+#: work of checking, and of everything that walks the checked graph, grows with it.
+MAX_CHECKED_DIMS = 1_000_000
+#: The most leaf nodes, and dims of their outputs, of a graph built on the meta device only to be described
+#: (``hndl.summary`` of a graph, ``hndl summary``, ``hndl check --build``): a layer costs 50-190 us and ~30 KB
+#: to build, a summary row a few us per dim, and a spec of a few lines reaches MAX_EXPANDED_NODES.
+MAX_META_NODES = 5_000
+MAX_META_DIMS = 50_000
 #: The most distinct integer configurations of subgraphs the count before the walk evaluates.
 _MAX_CONFIGURATIONS = 10_000
 
@@ -69,6 +105,9 @@ class CheckedNode:
     ties: dict[str, str] = field(default_factory=dict)
     # Bounds its shape arithmetic puts on symbolic dims (H >= 7), checked against the inputs on each validating call.
     requires: list[Requirement] = field(default_factory=list)
+    #: op 'graph': for each input of the subgraph, whether every repetition reads it from the node's inputs
+    #: (``shared``) rather than from the previous repetition's outputs; empty: none is.
+    shared: tuple[bool, ...] = ()
 
     @property
     def op(self) -> str:
@@ -96,6 +135,18 @@ class CheckedGraph:
         return [self.types[v] for v in self.output_ids]
 
 
+def repetition_inputs(node: CheckedNode, outer: Sequence[T], previous: Sequence[T] | None) -> list[T]:
+    """What one repetition of a ``graph`` node reads, given the node's own inputs ``outer`` and the previous
+    repetition's outputs (``None`` for the first): its shared inputs and the first repetition's come from
+    ``outer``; every other input takes the previous outputs, in order. The checker, the plan and the summary all
+    feed repetitions through this one function."""
+    if previous is None:
+        return list(outer)
+    carried = iter(previous)
+    shared = node.shared or (False,) * len(outer)
+    return [value if is_shared else next(carried) for value, is_shared in zip(outer, shared)]
+
+
 def check(graph: Graph) -> CheckedGraph:
     """Check ``graph`` completely and infer every type.
 
@@ -114,6 +165,10 @@ class _TooLarge(Exception):
     """The walk met more than :data:`MAX_EXPANDED_NODES` nodes; carries the qualified name it stopped at."""
 
 
+class _TooManyDims(Exception):
+    """The values inferred hold more than :data:`MAX_CHECKED_DIMS` dims; carries the qualified name it stopped at."""
+
+
 class _Checker:
     def __init__(self, root: Graph) -> None:
         self.root = root
@@ -121,11 +176,14 @@ class _Checker:
         self.problems = ProblemList()
         self.library: dict[str, Graph] = dict(root.graphs)
         self.active: list[str] = []  # subgraphs being checked, to catch a graph that uses itself
+        self.budget = ValueBudget()  # what graph parameters may still expand to (MAX_BOUND_VALUES in all)
+        self.dims = 0  # dims of the values inferred so far (bounded by MAX_CHECKED_DIMS)
         self.producers: dict[str, CheckedNode] = {}  # value id -> the leaf node that makes it
 
     def check_root(self) -> CheckedGraph | None:
         g = self.root
-        if not self._within_node_limit():
+        # Both before any walk: the count below recurses once per level of subgraphs.
+        if not check_subgraph_uses(g, self.problems) or not self._within_node_limit():
             return None
         # The top level's inputs follow its configuration as a subgraph's do: a dim that names an integer
         # parameter is that parameter's value, statically and in the run-time check (``CheckedGraph.contracts``).
@@ -134,6 +192,16 @@ class _Checker:
         for name, spec in g.inputs.items():
             contract, reason = bind_contract(spec.contract, g.params)
             contracts.append(contract)
+            if len(contract.shape.entries) > MAX_RANK:
+                types[name] = None
+                self.problems.add(
+                    "E_SHAPE",
+                    f"the shape has {len(contract.shape.entries):,} dims, more than the {MAX_RANK} a shape may have",
+                    node=name,
+                    op="input",
+                    location=spec.location,
+                )
+                continue
             types[name] = None if reason else contract.static_type()  # None: nodes it feeds are not checked
             if reason:
                 self.problems.add(
@@ -160,6 +228,18 @@ class _Checker:
                 self.root.nodes.get(str(stop).split(".")[0]),
                 f" (stopped at {excerpt(str(stop))})",
                 "repetitions multiply when subgraphs nest, including repeats given by a graph parameter",
+            )
+            return None
+        except _TooManyDims as stop:
+            node = self.root.nodes.get(str(stop).split(".")[0])
+            self.problems.add(
+                "E_SHAPE",
+                f"the values of graph '{self.root.name}' hold more than {MAX_CHECKED_DIMS:,} dims in all "
+                f"(nodes times dims, repetitions included; stopped at {excerpt(str(stop))})",
+                node=node.name if node is not None else None,
+                op=node.op if node is not None else None,
+                location=node.location if node is not None else self.root.location,
+                hint="repeat fewer times, or keep fewer dims per value",
             )
             return None
         if checked is not None:
@@ -222,6 +302,11 @@ class _Checker:
                 for v in out_ids:
                     types[v] = None
                 continue
+            if not checked.body and not self._within_rank(checked, node):  # type: ignore[arg-type]
+                failed = True
+                for v in out_ids:
+                    types[v] = None
+                continue
             for v, t in zip(out_ids, checked.out_types):
                 types[v] = t
                 self.producers[v] = checked
@@ -248,7 +333,7 @@ class _Checker:
 
     def _bind(self, node: Node, bindings: Mapping[str, Any], qual: str) -> Node | None:
         """``node`` with its graph-parameter references replaced by their values; ``None`` once reported."""
-        bound, problems = bind_node(node, bindings)
+        bound, problems = bind_node(node, bindings, self.budget)
         for key, reason, hint in problems:
             self.problems.add("E_PARAM", reason, node=qual, op=node.op, location=node.where(key), hint=hint)
         return None if problems else bound
@@ -424,12 +509,21 @@ class _Checker:
                 hint=suggestion(name, self.library) or "define it under 'graphs:'",
             )
             return None
-        if name in self.active:
+        if name in self.active:  # a use through a graph parameter ('graph: $g'); written names were seen before
             report("E_CYCLE", "graph uses itself: " + " -> ".join([*self.active, name]), key="graph")
+            return None
+        if len(self.active) >= MAX_NESTING:
+            report(
+                "E_PARAM",
+                f"subgraphs nest more than {MAX_NESTING} levels deep here (graph {excerpt(name)} at level "
+                f"{len(self.active) + 1})",
+                key="graph",
+                hint="flatten some levels into one graph",
+            )
             return None
         repeat = checked.params.get("repeat", 1)
         checked.indexed = "repeat" in node.params
-        values, reason, hint = repetition_params(sub, checked.params.get("params"), repeat)
+        values, reason, hint = repetition_params(sub, checked.params.get("params"), repeat, self.budget)
         if reason:
             report("E_PARAM", reason, key="params", hint=hint)
             return None
@@ -441,17 +535,40 @@ class _Checker:
                 actual=", ".join(node.inputs) or "none",
             )
             return None
-        if repeat > 1 and len(sub.outputs) != len(sub.inputs):
+        shared = checked.params.get("shared") or ()
+        unknown = [s for s in shared if s not in sub.inputs]
+        if unknown:
+            report(
+                "E_REF",
+                f"shared names {excerpt(unknown[0])}, which is no input of graph {name!r}",
+                key="shared",
+                expected="names of " + ", ".join(sub.inputs),
+                actual=list(shared),
+                hint=suggestion(unknown[0], list(sub.inputs)),
+            )
+            return None
+        checked.shared = tuple(n in shared for n in sub.inputs) if shared else ()
+        carried = [n for n in sub.inputs if n not in shared]
+        if repeat > 1 and len(sub.outputs) != len(carried):
+            what = f"inputs not shared ({', '.join(carried) or 'none'})" if shared else "inputs"
             report(
                 "E_PARAM",
-                f"repeat needs graph {name!r} to have as many outputs as inputs, it has {len(sub.outputs)} and {len(sub.inputs)}",
+                f"repeat needs graph {name!r} to have as many outputs as {what}, it has {len(sub.outputs)} and "
+                f"{len(carried)}",
                 key="repeat",
+                hint="each repetition's outputs feed the next one's inputs; name the inputs every repetition "
+                "reads unchanged in shared",
             )
             return None
         self.active.append(name)
         try:
-            current = [t for _, t in ports]
+            outer = [t for _, t in ports]
+            previous: list[TensorType] | None = None
             for r in range(repeat):
+                self.expanded += 1  # a repetition counts as a node, as in the count before the walk
+                if self.expanded > MAX_EXPANDED_NODES:
+                    raise _TooLarge(f"{checked.qualname}.{r}" if checked.indexed else checked.qualname)
+                current = repetition_inputs(checked, outer, previous)
                 if not self._match_subgraph_inputs(name, sub, current, r, report, values[r]):
                     return None
                 types = dict(zip(sub.inputs, current))
@@ -466,11 +583,29 @@ class _Checker:
                 if body is None:
                     return None
                 checked.body.append(body)
-                current = body.output_types
+                previous = body.output_types
         finally:
             self.active.pop()
-        checked.out_types = list(current)
+        checked.out_types = list(previous or [])
         return checked
+
+    def _within_rank(self, checked: CheckedNode, node: Node) -> bool:
+        """Whether ``checked``'s outputs have at most :data:`MAX_RANK` dims (reported if not); counts them
+        towards :data:`MAX_CHECKED_DIMS`, raising :class:`_TooManyDims` past it."""
+        ranks = [len(t.shape) for t in checked.out_types if t.shape is not None]
+        if any(rank > MAX_RANK for rank in ranks):
+            self.problems.add(
+                "E_SHAPE",
+                f"the output would have {max(ranks):,} dims, more than the {MAX_RANK} a shape may have",
+                node=checked.qualname,
+                op=checked.op,
+                location=node.where("in"),
+            )
+            return False
+        self.dims += sum(ranks) + 1  # a value without dims still costs as much as one
+        if self.dims > MAX_CHECKED_DIMS:
+            raise _TooManyDims(checked.qualname)
+        return True
 
     def _within_node_limit(self) -> bool:
         """Whether the root expands to at most :data:`MAX_EXPANDED_NODES` leaf nodes (reported if not), counted
@@ -484,7 +619,7 @@ class _Checker:
             return min(sum(node_size(n, active, bindings) for n in g.nodes.values()), MAX_EXPANDED_NODES + 1)
 
         def bound(value: Any, bindings: Mapping[str, Any]) -> Any:
-            return resolve(value, bindings)[0] if is_reference(value) else value
+            return resolve(value, bindings)[0] if is_reference(value) else value  # read, not copied
 
         def node_size(node: Node, active: tuple[str, ...], bindings: Mapping[str, Any]) -> int:
             name, repeat = node.params.get("graph"), bound(node.params.get("repeat", 1), bindings)
@@ -501,7 +636,8 @@ class _Checker:
             total = 0
             for use, count in repetition_uses(uses, times):
                 if count:
-                    total += count * sub_size(sub, (*active, name), use, bindings)
+                    # Each repetition counts as a node of its own: a subgraph with no nodes still costs a walk.
+                    total += count * (1 + sub_size(sub, (*active, name), use, bindings))
                 if total > MAX_EXPANDED_NODES:
                     break
             return min(total, MAX_EXPANDED_NODES + 1)
@@ -588,3 +724,30 @@ def _name_wired_inputs(
         k: rename(v) if k in ("expected", "actual", "hint") and isinstance(v, str) else v for k, v in fields.items()
     }
     return rename(message), renamed
+
+
+def meta_build_problem(checked: CheckedGraph) -> Problem | None:
+    """Why ``checked`` is too large to build on the meta device only to describe it (more than
+    :data:`MAX_META_NODES` leaf nodes or :data:`MAX_META_DIMS` dims of their outputs), or ``None``."""
+    nodes = dims = 0
+    stack = [checked]
+    while stack:
+        for node in stack.pop().nodes:
+            if node.body:
+                stack.extend(node.body)
+                continue
+            nodes += 1
+            dims += sum(len(t.shape) for t in node.out_types if t.shape is not None)
+    name = checked.graph.name
+    if nodes > MAX_META_NODES:
+        what = f"{nodes:,} nodes, more than the {MAX_META_NODES:,}"
+    elif dims > MAX_META_DIMS:
+        what = f"outputs of {dims:,} dims in all, more than the {MAX_META_DIMS:,}"
+    else:
+        return None
+    return Problem(
+        "E_PARAM",
+        f"graph '{name}' has {what} hndl builds on the meta device to describe a graph",
+        location=checked.graph.location,
+        hint="build the model yourself (hndl.build) and call model.summary(), or describe a smaller configuration",
+    )

@@ -119,17 +119,32 @@ def _attention(node: CheckedNode) -> Dim | None:
     if x is None or len(x) != 3:
         return None
     b, t, d = x
-    kv = node.in_types[1].shape if len(node.in_types) == 3 or (len(node.in_types) == 2 and not p.masked) else None
+    extra = len(node.in_types) - 1 - int(p.masked) - int(p.get("score_bias", False))
+    kv = node.in_types[1].shape if extra == 1 else None
+    heads = p.num_heads
+    kv_heads = p.get("kv_heads") or heads
+    head_dim = p.get("head_dim") or d // heads
+    q_width, kv_width = heads * head_dim, kv_heads * head_dim
     tokens = dim_mul(b, t)
     if kv is None:
         s: Dim = t
-        projections = dim_mul(tokens, 4 * d * d)  # qkv: D -> 3D, proj: D -> D
+        sources, width = tokens, d
     else:
         s = kv[1]
-        # q: D -> D and proj: D -> D on x; kv: E -> 2D on the second input.
-        projections = _add(dim_mul(tokens, 2 * d * d), dim_mul(dim_mul(b, s), kv[2] * 2 * d))
-    # scaled_dot_product_attention: scores q @ k^T and weights @ v, each B x T x S x D.
-    return _add(projections, dim_mul(dim_mul(tokens, s), 2 * d))
+        sources, width = dim_mul(b, s), kv[2]
+    # Queries and the output projection on x; keys and values on the source (x itself, or the kv input).
+    projections = _add(dim_mul(tokens, 2 * d * q_width), dim_mul(sources, dim_mul(width, 2 * kv_width)))
+    # scaled_dot_product_attention: scores q @ k^T and weights @ v, each B x heads x T x S x head_dim.
+    return _add(projections, dim_mul(dim_mul(tokens, s), 2 * q_width))
+
+
+def _sdpa(node: CheckedNode) -> Dim | None:
+    q, k, v = (t.shape for t in node.in_types[:3])
+    if q is None or k is None or v is None or len(q) != 4 or len(k) != 4 or len(v) != 4:
+        return None
+    # q @ k^T: B x H x T x S dot products of length D; weights @ v: B x H x T x Dv of length S.
+    rows = dim_mul(dim_mul(q[0], q[1]), dim_mul(q[2], k[2]))
+    return dim_mul(rows, _add(q[3], v[3]))
 
 
 def _recurrent(gates: int) -> Callable[[CheckedNode], Dim | None]:
@@ -158,6 +173,7 @@ MACS: dict[str, Callable[[CheckedNode], Dim | None]] = {
     "conv_transpose2d": _conv_transpose,
     "matmul": _matmul,
     "attention": _attention,
+    "sdpa": _sdpa,
     "lstm": _recurrent(4),
     "gru": _recurrent(3),
 }

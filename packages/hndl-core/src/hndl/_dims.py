@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ._errors import HndlError, Problem
 from .naming import excerpt
 
 __all__ = [
@@ -51,8 +52,28 @@ MAX_TERMS = 256
 MAX_DIM = 2**63 - 1
 
 
-class DimError(ValueError):
-    """A dimension expression is malformed or cannot be evaluated (unbound symbol, division by zero)."""
+class DimError(HndlError, ValueError):
+    """A dimension expression is malformed or cannot be evaluated (unbound symbol, division by zero), or a dim
+    grows past a bound of this module.
+
+    The contract parser and the checker catch it and report it in their own words (``E_SPEC``, ``E_SHAPE`` at the
+    node), reading ``str(exc)``, which is the bare reason. It is an :class:`~hndl.HndlError` (``E_SHAPE``) so that
+    one raised where nothing expects it (sizes given to ``summary`` whose products pass 2**63-1) still reaches
+    the user as hndl's one error type, and a ``ValueError`` for the callers that catch that.
+    """
+
+    def __init__(self, reason: str, code: str = "E_SHAPE") -> None:
+        # Not HndlError.__init__: that renders the message at once, and a DimError is often caught and reworded
+        # (evaluating a dim with an unbound symbol during validation raises it routinely).
+        Exception.__init__(self, reason)
+        self.problems = [Problem(code, reason)]
+        self.code, self.node, self.location, self.port, self.title = code, None, None, None, None
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (DimError, (str(self.args[0]), self.code))
 
 
 @dataclass(frozen=True, order=True)

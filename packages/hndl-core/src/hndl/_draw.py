@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from ._check import CheckedGraph, CheckedNode, check
-from ._errors import HndlError, Problem
+from ._errors import HndlError, Problem, ProblemList
 from ._graph import Graph, split_ref
 from ._registry import registry
+from ._resolve import check_subgraph_uses
 from ._summary import _bind, _shape
+from .naming import printable
 
 __all__ = ["FORMATS", "Picture", "dot", "draw", "layout", "mermaid"]
 
@@ -55,6 +57,10 @@ class Picture:
 def layout(source: Any, *, depth: int | None = None, **dims: int) -> Picture:
     """The picture of a :class:`~hndl.Graph` or a built model (see the module docstring)."""
     graph, checked = _graph_and_types(source)
+    if checked is None:  # drawn although it does not check: its subgraphs must still be walkable
+        problems = ProblemList()
+        if not check_subgraph_uses(graph, problems):
+            problems.raise_if_any(title=f"graph '{graph.name}'")
     env = _bind(checked, dims) if checked is not None else {}
     maker = _Maker(graph, env, depth)
     sources = {}
@@ -89,7 +95,7 @@ def dot(source: Any, *, depth: int | None = None, **dims: int) -> str:
                 emit(item.items, indent + "  ")
                 out.append(f"{indent}}}")
             else:
-                label = _dot_text("\n".join(item.lines))
+                label = _dot_text(*item.lines)
                 out.append(f"{indent}{item.ident} [label={label}, shape={shapes[item.kind]}];")
 
     emit(picture.items, "  ")
@@ -288,11 +294,39 @@ class _Maker:
         return sources
 
 
-def _dot_text(text: str) -> str:
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
+#: The longest line of a label, in characters: a longer one (a name thousands of characters long) keeps its
+#: start and end around a visible ``...``. Graphviz refuses strings of more than 16,384 characters, and no
+#: picture is helped by a line wider than the page.
+MAX_LABEL_LINE = 80
+
+
+def _label_line(line: str) -> str:
+    """One line of a label as drawn: every character that is not printable (NUL, escape codes, line breaks,
+    ``\\u2028``) written as its Python escape, so the line stays one line and the file stays valid text (an SVG
+    with a control character is not valid XML); then cut to :data:`MAX_LABEL_LINE` around ``...``."""
+    text = printable(line)
+    if len(text) <= MAX_LABEL_LINE:
+        return text
+    tail = (MAX_LABEL_LINE - 3) // 3
+    return text[: MAX_LABEL_LINE - 3 - tail] + "..." + text[len(text) - tail :]
+
+
+def _dot_text(*lines: str) -> str:
+    """``lines`` as one quoted DOT label: each line made safe by :func:`_label_line`, then DOT's escapes
+    (backslash, quote) and ``&`` as ``&amp;``, since Graphviz reads HTML entities in labels (``&lt;`` would
+    be drawn as ``<``); the lines joined by DOT's ``\\n``."""
+    escaped = (_label_line(line).replace("\\", "\\\\").replace('"', '\\"').replace("&", "&amp;") for line in lines)
+    return '"' + "\\n".join(escaped) + '"'
+
+
+#: Characters written as Mermaid entity codes (``#35;``) in a label: ``#`` first, since it starts the codes;
+#: ``&``, ``<`` and ``>``, which the browser would read as HTML; the quote that ends the label; and the backtick,
+#: which starts a Markdown string.
+_MERMAID_ESCAPES = {"#": "#35;", "&": "#38;", "<": "#lt;", ">": "#gt;", '"': "#quot;", "`": "#96;"}
+_MERMAID_TABLE = str.maketrans(_MERMAID_ESCAPES)
 
 
 def _mermaid_text(lines: list[str]) -> str:
-    text = "<br/>".join(line.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;") for line in lines)
-    return f'"{text}"'
+    """``lines`` as one quoted Mermaid label: each line made safe by :func:`_label_line`, the characters Mermaid
+    or the browser would read written as entity codes, the lines joined by ``<br/>``."""
+    return '"' + "<br/>".join(_label_line(line).translate(_MERMAID_TABLE) for line in lines) + '"'

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 from ._contracts import Contract
 from ._errors import HndlError, Problem
+from .naming import EXCERPT_LIMIT, excerpt
 
 __all__ = ["Graph", "Handle", "InputSpec", "Node"]
 
@@ -324,8 +325,8 @@ def _check_name(name: Any, kind: str, location: str | None = None) -> None:
         raise HndlError(
             Problem(
                 "E_NAME",
-                f"{kind} name {name!r} is not valid",
-                node=name if isinstance(name, str) else None,
+                f"{kind} name {excerpt(name)} is not valid",
+                node=name if isinstance(name, str) and len(name) <= EXCERPT_LIMIT else None,
                 location=location,
                 hint="use letters, digits and underscores, not starting with a digit",
             )

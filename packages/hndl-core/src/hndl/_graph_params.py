@@ -16,6 +16,7 @@ Everything here returns reasons rather than raising; the checker (:mod:`hndl._ch
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -25,7 +26,17 @@ from ._dims import DimError, evaluate, format_dim, free_symbols, parse_dim, subs
 from ._graph import Graph, Node
 from .naming import excerpt, suggestion
 
-__all__ = ["PREFIX", "bind_contract", "bind_node", "is_reference", "repetition_params", "repetition_uses", "seed_env"]
+__all__ = [
+    "MAX_BOUND_VALUES",
+    "PREFIX",
+    "ValueBudget",
+    "bind_contract",
+    "bind_node",
+    "is_reference",
+    "repetition_params",
+    "repetition_uses",
+    "seed_env",
+]
 
 #: What starts a reference to a graph parameter in a node's parameters.
 PREFIX = "$"
@@ -40,10 +51,66 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def resolve(value: str, bindings: Mapping[str, Any]) -> tuple[Any, str, str | None]:
-    """The value of the reference ``value`` under ``bindings``: ``(value, "", None)`` or ``(None, reason, hint)``."""
+#: The most values graph parameters may expand to in one check: every value a reference is replaced by and
+#: every value copied into a repetition's parameters, counted (lists and mappings as one each, plus what they
+#: hold) before it is copied. A reference to a list that refers to a list... doubles the count per level, so a
+#: spec of a few lines could otherwise ask for billions of values.
+MAX_BOUND_VALUES = 100_000
+
+
+class ValueBudget:
+    """What one check may still copy out of graph parameters (:data:`MAX_BOUND_VALUES` values in all)."""
+
+    def __init__(self, limit: int = MAX_BOUND_VALUES) -> None:
+        self.limit = limit
+        self.spent = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return self.spent > self.limit
+
+    def spend(self, value: Any, times: int = 1) -> str:
+        """Count ``times`` copies of ``value``; ``""`` while within the budget, else the reason (nothing copied)."""
+        self.spent += times * expanded_size(value, self.limit + 1)
+        if self.spent > self.limit:
+            return f"graph parameters expand to more than {self.limit:,} values"
+        return ""
+
+
+def expanded_size(value: Any, cap: int) -> int:
+    """How many values a copy of ``value`` holds, itself included, counting a list or mapping that appears
+    twice twice (as a copy made for each use does); counted without expanding, and at most about ``cap``."""
+    sizes: dict[int, int] = {}
+
+    def size(v: Any, depth: int) -> int:
+        if depth >= MAX_DEPTH or not isinstance(v, (Mapping, list, tuple)):
+            return 1
+        if id(v) not in sizes:
+            sizes[id(v)] = 1  # while counting it: a container inside itself (built in Python) counts once
+            total = 1
+            for item in v.values() if isinstance(v, Mapping) else v:
+                total += size(item, depth + 1)
+                if total > cap:
+                    break
+            sizes[id(v)] = total
+        return sizes[id(v)]
+
+    return size(value, 0)
+
+
+def resolve(value: str, bindings: Mapping[str, Any], budget: ValueBudget | None = None) -> tuple[Any, str, str | None]:
+    """The value of the reference ``value`` under ``bindings``: ``(value, "", None)`` or ``(None, reason, hint)``.
+
+    A parameter's value is returned as a copy, counted against ``budget`` first when one is given; without a
+    budget it is returned as it is (for callers that only read it).
+    """
     text = value[len(PREFIX) :].strip()
     if text in bindings:
+        if budget is None:
+            return bindings[text], "", None
+        reason = budget.spend(bindings[text])
+        if reason:
+            return None, reason, "a parameter that refers to a list of references to itself grows with every level"
         return copy.deepcopy(bindings[text]), "", None
     try:
         expr = parse_dim(text)
@@ -74,11 +141,15 @@ def resolve(value: str, bindings: Mapping[str, Any]) -> tuple[Any, str, str | No
 MAX_DEPTH = 64
 
 
-def bind_node(node: Node, bindings: Mapping[str, Any]) -> tuple[Node, list[tuple[str, str, str | None]]]:
+def bind_node(
+    node: Node, bindings: Mapping[str, Any], budget: ValueBudget | None = None
+) -> tuple[Node, list[tuple[str, str, str | None]]]:
     """``node`` with every reference in its parameters and ``when`` replaced by its value.
 
     A reference may be a whole parameter value or sit at any depth inside lists and mappings
-    (``shape: [1, "$tokens+1", $dim]``); containers that hold no reference are kept as they are.
+    (``shape: [1, "$tokens+1", $dim]``); containers that hold no reference are kept as they are. Each value a
+    reference brings in is a copy, counted against ``budget`` (a new one per call when none is given) before
+    it is made.
 
     Returns:
         The bound node (``node`` itself when it holds no reference) and the problems as
@@ -87,12 +158,15 @@ def bind_node(node: Node, bindings: Mapping[str, Any]) -> tuple[Node, list[tuple
         reference stays as written.
     """
     problems: list[tuple[str, str, str | None]] = []
+    budget = budget if budget is not None else ValueBudget()
     holds = _ReferenceFinder()
     bound: dict[int, Any] = {}  # id of a container -> its bound copy: a value shared or nested in itself is walked once
 
     def value_of(key: str, place: str, value: Any, depth: int) -> Any:
+        if budget.exhausted:  # reported once, where it ran out; the rest stays as written
+            return value
         if is_reference(value):
-            resolved, reason, hint = resolve(value, bindings)
+            resolved, reason, hint = resolve(value, bindings, budget)
             if reason:
                 problems.append((key, f"{place}: {reason}" if place != key else reason, hint))
                 return value
@@ -149,14 +223,17 @@ def repetition_uses(mappings: list[Any], repeat: int) -> list[tuple[Any, int]]:
     return [(m, 1) for m in firsts] + [(last, repeat - len(firsts))]
 
 
-def repetition_params(sub: Graph, passed: Any, repeat: int) -> tuple[list[dict[str, Any]], str, str | None]:
+def repetition_params(
+    sub: Graph, passed: Any, repeat: int, budget: ValueBudget | None = None
+) -> tuple[list[dict[str, Any]], str, str | None]:
     """The parameter values of each repetition of ``sub``: its defaults, overridden by what the use passed.
 
     ``passed`` is ``None``, a mapping (for every repetition) or a list of mappings: each but the last for one
     repetition in turn, the last for every repetition after those (none, one or many). So
     ``[{stride: 2, downsample: true}, {}]`` makes the first repetition differ and the rest alike for any
     ``repeat`` from 1 up (a ResNet stage of configurable depth), and a list of ``repeat`` mappings is one per
-    repetition.
+    repetition. Each repetition gets its own copy of the values, counted against ``budget`` (a new one when
+    none is given) before any is made.
 
     Returns:
         ``(values per repetition, "", None)``, or ``([], reason, hint)``.
@@ -177,12 +254,20 @@ def repetition_params(sub: Graph, passed: Any, repeat: int) -> tuple[list[dict[s
             )
         given = [m for m, count in repetition_uses(given, repeat) for _ in range(count)]
     out: list[dict[str, Any]] = []
-    for values in given:
+    distinct = {id(values): values for values in given}  # as passed: one mapping often serves many repetitions
+    for values in distinct.values():
         for name in values:
             if name not in sub.params:
                 declared = ", ".join(sub.params) or "none"
                 hint = suggestion(name, sub.params) or f"graph {sub.name!r} declares: {declared}"
                 return [], f"graph {sub.name!r} has no parameter {excerpt(name)}", hint
+    budget = budget if budget is not None else ValueBudget()
+    uses = Counter(map(id, given))
+    for key, values in distinct.items():
+        reason = budget.spend(sub.params, uses[key]) or budget.spend(values, uses[key])
+        if reason:
+            return [], reason, "each repetition gets its own copy of its parameters' values"
+    for values in given:
         out.append({**copy.deepcopy(sub.params), **copy.deepcopy(dict(values))})
     return out, "", None
 

@@ -259,6 +259,8 @@ def _dtype_hint(port: Port, t: TensorType) -> str | None:
         return "declare the input's dtype, e.g. dtype: int64"
     if port.dtype.startswith("same:"):
         return "give both the same dtype: declare it on the graph inputs they come from, e.g. dtype: float32"
+    if port.dtype == "bool":
+        return "declare the input's dtype: bool, and pass a bool tensor (mask.bool() for a 1/0 mask in torch)"
     if port.dtype.startswith("float") and not t.dtype.startswith("float"):
         example = "float32" if port.dtype == "float" else port.dtype
         return f"declare the input's dtype: {example}, and pass a floating tensor (x.float() in torch)"

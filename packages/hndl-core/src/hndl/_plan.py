@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ._check import CheckedGraph, CheckedNode
+from ._check import CheckedGraph, CheckedNode, repetition_inputs
 
 __all__ = ["Group", "Plan", "Step", "lower"]
 
@@ -117,19 +117,20 @@ def _flatten_into(cg: CheckedGraph, alias: dict[str, str], steps: list[Step], gr
 
     for node in cg.nodes:
         if node.body:
-            current = [resolve(v) for v in node.inputs]
+            outer = [resolve(v) for v in node.inputs]
+            previous: list[str] | None = None
             for repetition, sub in enumerate(node.body):
+                current = repetition_inputs(node, outer, previous)
                 inner_alias = dict(zip(sub.input_ids, current))
                 at = len(groups)
                 groups.append(None)  # type: ignore[arg-type]  # filled below: outer groups come first
                 start = len(steps)
                 _flatten_into(sub, inner_alias, steps, groups)
-                inputs = tuple(current)
-                current = [inner_alias.get(v, v) for v in sub.output_ids]
+                previous = [inner_alias.get(v, v) for v in sub.output_ids]
                 path = (*node.path, str(repetition)) if node.indexed else node.path
                 qualname = f"{node.qualname}.{repetition}" if node.indexed else node.qualname
-                groups[at] = Group(node, qualname, path, repetition, start, len(steps), inputs, tuple(current))
-            for out_id, value in zip(node.outputs, current):
+                groups[at] = Group(node, qualname, path, repetition, start, len(steps), tuple(current), tuple(previous))
+            for out_id, value in zip(node.outputs, previous or []):
                 alias[out_id] = value
         else:
             steps.append(Step(node, tuple(resolve(v) for v in node.inputs), tuple(node.outputs)))

@@ -154,6 +154,31 @@ class Param:
             return None, f"must be one of {options}, got {excerpt(value)}"
         return value, ""
 
+    def describe_default(self) -> str:
+        """The default as the reference and ``hndl ops`` show it: ``required``, ``inferred``, or the value as
+        YAML flow text (``[1, 1]``), with ``(or inferred)`` for an inferred parameter that has one."""
+        from ._spec_dumper import flow_yaml
+
+        if self.inferred:
+            return "inferred" if self.default is REQUIRED else f"{flow_yaml(self.default)} (or inferred)"
+        return "required" if self.default is REQUIRED else flow_yaml(self.default)
+
+    def describe_constraints(self) -> str:
+        """The bounds and choices in words (``>= 1; <= 10000``, ``one of 'mean', 'sum'``, ``may be null``), or
+        ``""``: what the reference and ``hndl ops`` show beside the type."""
+        from ._spec_dumper import flow_yaml
+
+        rules = []
+        if self.min is not None:
+            rules.append(f">= {_number(self.min)}")
+        if self.max is not None:
+            rules.append(f"<= {_number(self.max)}")
+        if self.choices is not None:
+            rules.append("one of " + ", ".join(flow_yaml(c) for c in self.choices))
+        if self.nullable:
+            rules.append("may be null")
+        return "; ".join(rules)
+
     def schema(self) -> dict[str, Any]:
         """The JSON Schema of this parameter's values: its type's fragment with bounds, choices and null."""
         bounds: dict[str, float] = {}

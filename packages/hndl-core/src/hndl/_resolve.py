@@ -16,7 +16,108 @@ from ._graph import Graph, Node, split_ref
 from ._registry import REQUIRED, OpDef, Param, Params, registry
 from .naming import EXCERPT_LIMIT, excerpt, suggestion
 
-__all__ = ["order_nodes", "resolve_op", "resolve_ref", "validate_params"]
+__all__ = [
+    "IMPORTS_HINT",
+    "MAX_NESTING",
+    "check_subgraph_uses",
+    "order_nodes",
+    "resolve_op",
+    "resolve_ref",
+    "validate_params",
+]
+
+#: The hint of a node refused because its graph was loaded without ``allow_imports`` (the command, which takes
+#: ``--allow-imports``, words it its own way).
+IMPORTS_HINT = "pass allow_imports=True to hndl.load (or hndl.load_model) if you trust this file"
+
+#: How many levels of subgraphs may nest below the top graph (a ``graph`` node in a graph run by a ``graph``
+#: node counts two). Every walk over a model's subgraphs (checking, lowering, building, the summary, drawing)
+#: goes one level deeper per level, so this bounds them all far from Python's recursion limit; real models
+#: nest two or three levels.
+MAX_NESTING = 32
+
+
+def check_subgraph_uses(root: Graph, problems: ProblemList) -> bool:
+    """Whether ``root``'s subgraphs can be walked: none uses itself, directly or through others (E_CYCLE), and
+    they nest at most :data:`MAX_NESTING` levels below ``root`` (E_PARAM); each violation is reported.
+
+    Reads only the uses written as names (``graph: block``); a use through a graph parameter (``graph: $g``) is
+    known once the checker binds it, and the checker's walk bounds those the same way. Iterative, so it is
+    safe before any recursive walk: each graph reachable from ``root`` is visited once.
+    """
+    library = root.graphs
+    children: dict[int, list[tuple[Node, Graph]]] = {}
+
+    def uses(g: Graph) -> list[tuple[Node, Graph]]:
+        if id(g) not in children:
+            found = []
+            for node in g.nodes.values():
+                name = node.params.get("graph")
+                opdef = registry.find(node.op) if isinstance(node.op, str) else None
+                if opdef is not None and opdef.runs_subgraph and isinstance(name, str) and name in library:
+                    found.append((node, library[name]))
+            children[id(g)] = found
+        return children[id(g)]
+
+    ok = True
+    height: dict[int, int] = {}  # id of a finished graph -> levels of graphs from it down, itself included
+    deepest: dict[int, tuple[Node, Graph] | None] = {}  # id -> the use its height comes through
+    frames: list[list[Any]] = [[root, 0]]  # graph, index of its next use
+    on_path: list[Graph] = [root]
+    while frames:
+        frame = frames[-1]
+        g, i = frame
+        found = uses(g)
+        if i < len(found):
+            frame[1] += 1
+            node, sub = found[i]
+            if any(sub is p for p in on_path):
+                ok = False
+                cycle = [p.name for p in on_path[[id(p) for p in on_path].index(id(sub)) :]] + [sub.name]
+                problems.add(
+                    "E_CYCLE",
+                    f"graph {excerpt(sub.name)} uses itself: {_chain(cycle)}",
+                    node=node.name,
+                    op=node.op,
+                    location=node.where("graph"),
+                    hint="a graph cannot run itself; to stack a block several times, give its node 'repeat'",
+                )
+            elif id(sub) not in height:
+                frames.append([sub, 0])
+                on_path.append(sub)
+            continue
+        frames.pop()
+        on_path.pop()
+        below = [(height[id(sub)], node, sub) for node, sub in found if id(sub) in height]
+        best = max(below, key=lambda hns: hns[0], default=None)
+        height[id(g)] = 1 + (best[0] if best else 0)
+        deepest[id(g)] = (best[1], best[2]) if best else None
+    if height.get(id(root), 1) - 1 > MAX_NESTING:
+        ok = False
+        chain, g, use = [root.name], root, deepest[id(root)]
+        while use is not None and len(chain) <= MAX_NESTING:
+            chain.append(use[1].name)
+            g, use = use[1], deepest[id(use[1])]
+        assert use is not None  # the chain goes deeper than the limit
+        node, sub = use
+        problems.add(
+            "E_PARAM",
+            f"subgraphs nest more than {MAX_NESTING} levels deep: {_chain([*chain, sub.name])}",
+            node=node.name,
+            op=node.op,
+            location=node.where("graph"),
+            hint=f"graph {excerpt(g.name)} runs graph {excerpt(sub.name)} at level {MAX_NESTING + 1}; "
+            "flatten some levels into one graph",
+        )
+    return ok
+
+
+def _chain(names: list[str]) -> str:
+    """``a -> b -> c`` for a chain of graph names, the middle left out of a long one, each name cut short."""
+    shown = [n if len(n) <= 40 else n[:37] + "..." for n in names]
+    if len(shown) > 8:
+        shown = [*shown[:4], "...", *shown[-3:]]
+    return " -> ".join(shown)
 
 
 def order_nodes(g: Graph, prefix: str, problems: ProblemList) -> list[Node]:
@@ -75,7 +176,7 @@ def resolve_op(node: Node, qualname: str, problems: ProblemList) -> OpDef | None
             f"unknown op {excerpt(node.op)}",
             node=qualname,
             location=node.where("op"),
-            hint=suggestion(node.op, registry.names()) or "see `python -m hndl.docs` for the ops",
+            hint=suggestion(node.op, registry.names()) or "`hndl ops` lists the ops",
         )
     return opdef
 
@@ -144,7 +245,7 @@ def validate_params(
             node=qualname,
             op=opdef.name,
             location=node.where("target"),
-            hint="pass allow_imports=True to hndl.load if you trust this file",
+            hint=IMPORTS_HINT,
         )
         return None
     return Params(values)

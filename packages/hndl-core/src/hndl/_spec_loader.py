@@ -67,8 +67,12 @@ def load(path: str | os.PathLike[str], *, allow_imports: bool = False) -> Graph:
     file = _path_of(path)
     try:
         # At most one byte past the limit: enough to know the file is too long, and /dev/zero ends too.
-        with open(file, "rb") as stream:
+        with _open_file(file) as stream:
             data = stream.read(MAX_TEXT + 1)
+    except _NotAFile as exc:
+        raise HndlError(
+            Problem("E_SPEC", f"spec file {_shown_path(file)} is {exc}, not a file", hint=_STDIN_HINT)
+        ) from None
     except FileNotFoundError:
         raise HndlError(
             Problem("E_SPEC", f"no such file: {_shown_path(file)}", hint=_missing_file_hint(file))
@@ -113,6 +117,35 @@ def loads(text: str | bytes, *, allow_imports: bool = False) -> Graph:
             )
         )
     return _load_text(text, _TEXT_LABEL, allow_imports)
+
+
+_STDIN_HINT = "hndl reads a spec from a file, or from standard input as '-' (`hndl check -`, hndl.loads(text))"
+
+
+class _NotAFile(OSError):
+    """The path names a FIFO or a socket (the message says which)."""
+
+
+def _open_file(file: str) -> Any:
+    """``file`` opened for reading in binary, refusing a FIFO or a socket.
+
+    Opened without blocking, then looked at: opening a FIFO that no process writes waits forever, and one that
+    a process writes to could feed hndl for as long as it likes. A regular file or a device (``/dev/zero``,
+    whose reads the caller bounds) reads as usual.
+    """
+    import stat
+
+    fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            raise _NotAFile("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _path_of(path: Any) -> str:
@@ -353,8 +386,28 @@ class _SpecBuilder:
             return
         self._duplicate_names(entry, "parameter")
         for name, value in entry.value.items():
-            if self._name_ok(name, "parameter", entry.keys[name]) and value.ok:
+            if self._name_ok(name, "parameter", entry.keys[name]) and value.ok and self._text_keys(value, name):
                 graph.params[name] = value.plain()
+
+    def _text_keys(self, value: Located, key: str, **fields: Any) -> bool:
+        """Whether every mapping inside a parameter's ``value`` has text keys (reported at the first that does
+        not): a value is plain data that :func:`hndl.dumps` writes back, and a spec's keys are names."""
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item.value, dict):
+                for k in item.value:
+                    if not isinstance(k, str):
+                        self.add(
+                            "E_SPEC",
+                            f"{key!r}: a key inside a value must be text, got {describe(k)}",
+                            item.keys.get(k, item.loc),
+                            **fields,
+                            hint="quote it: '1': ...",
+                        )
+                        return False
+            stack.extend(item.children())
+        return True
 
     def _inputs(self, graph: Graph, entry: Located, what: str) -> None:
         if not isinstance(entry.value, dict):
@@ -494,6 +547,8 @@ class _SpecBuilder:
                 self.add(
                     "E_SPEC", f"a node key must be a name, got {describe(key)}", spec.keys[key], node=name, op=named_op
                 )
+                ok = False
+            elif key not in NODE_KEYS and not self._text_keys(fields[key], key, node=name, op=named_op):
                 ok = False
         tie = self._tie(fields.get("tie"), name, named_op)
         if not ok or refs is None or named_op is None or tie is None:

@@ -187,9 +187,10 @@ _PARAM_REF = {"$ref": "#/$defs/param_ref"}
 
 
 def _referable(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` where the value, and each item of a list at any depth, may also be a reference ('$width'):
-    references may stand inside lists (``kernel_size: [$k, $k]``); a mapping's values are not constrained by
-    any parameter's schema, so references inside mappings need nothing here."""
+    """``schema`` where the value, and each item of a list or value of a mapping at any depth, may also be a
+    reference ('$width'): references may stand inside lists (``kernel_size: [$k, $k]``) and inside the mappings
+    whose keys a parameter names (``rope: {theta: $rope_theta}``); a free-form mapping's values are not
+    constrained by any schema, so they need nothing here."""
     return {"anyOf": [_items_referable(schema), _PARAM_REF]}
 
 
@@ -199,6 +200,8 @@ def _items_referable(schema: Any) -> Any:
     out = dict(schema)
     if isinstance(out.get("items"), dict):
         out["items"] = _referable(out["items"])
+    if isinstance(out.get("properties"), dict):
+        out["properties"] = {key: _referable(value) for key, value in out["properties"].items()}
     for key in ("anyOf", "oneOf", "allOf"):
         if isinstance(out.get(key), list):
             out[key] = [_items_referable(s) for s in out[key]]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _costs
-from ._check import CheckedGraph, CheckedNode, check
+from ._check import CheckedGraph, CheckedNode, check, meta_build_problem, repetition_inputs
 from ._contracts import Variadic, format_shape
 from ._dim_factor import factored_text
 from ._dims import Dim, dim_add, free_symbols, substitute
@@ -241,6 +241,9 @@ def build_on_meta(graph: Graph) -> Any:
     from .torch import build_module
 
     checked = check(graph)  # static problems are raised as they are: only the build below runs on the meta device
+    too_large = meta_build_problem(checked)
+    if too_large is not None:
+        raise HndlError(too_large)
     try:
         with torch.device("meta"):
             return build_module(graph, checked)
@@ -278,12 +281,13 @@ class _RowMaker:
         for node in cg.nodes:
             inputs = tuple(dict.fromkeys(labels.get(v, v) for v in node.inputs))
             if node.body and (self.depth is None or level < self.depth):
-                current = [labels.get(v, v) for v in node.inputs]
+                outer = [labels.get(v, v) for v in node.inputs]
+                previous: list[str] | None = None
                 for sub in node.body:
-                    inner = dict(zip(sub.input_ids, current))
+                    inner = dict(zip(sub.input_ids, repetition_inputs(node, outer, previous)))
                     yield from self.rows(sub, inner, level + 1)
-                    current = [inner.get(v, v) for v in sub.output_ids]
-                labels.update(zip(node.outputs, current))
+                    previous = [inner.get(v, v) for v in sub.output_ids]
+                labels.update(zip(node.outputs, previous or []))
                 continue
             labels.update(self._output_labels(node))
             macs, _size = self._costs(node)

@@ -5,6 +5,7 @@
     hndl check FILE|DIR...            every problem in every file, as file:line:col: CODE op 'node': message
     hndl summary FILE [--dims B=8]    one row per node: op and layer, inputs, shapes, parameters, MACs; totals
     hndl draw FILE -o OUT             a picture: .svg or .png (Graphviz), .dot or .mmd (text)
+    hndl ops [NAME]                   the ops (name and summary), or one op: parameters, ports, shape rule
 
 FILE may be ``-`` (the spec on stdin) or ``zoo:NAME`` (a model of ``hndl.zoo``, when installed). ``check`` never
 imports torch unless asked to build the layers (``--build``), so it answers at once. Also runnable as
@@ -28,15 +29,20 @@ from typing import IO, Any
 
 from . import __version__
 from ._check import check
+from ._dims import DimError
 from ._errors import HndlError, Problem
 from ._graph import Graph
 from ._plan import lower
+from ._resolve import IMPORTS_HINT
 from ._spec_loader import load, loads
-from .naming import excerpt, printable
+from .naming import excerpt, printable, suggestion
 
 __all__ = ["main", "parser"]
 
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+#: How much of a file name given on the command line (or a zoo: name) is echoed: a name is the user's own
+#: argument, but it may come from a script, and 100,000 characters of it help no one.
+SHOWN_NAME = 240
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,6 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check_files(args.files, allow_imports=args.allow_imports, build=args.build, out=out)
         if args.command == "summary":
             return _summary(args, out=out)
+        if args.command == "ops":
+            return _ops(args.name, out=out)
         return _draw(args, out=out)
     except BrokenPipeError:
         # `hndl summary big.yaml | head`: the reader left; say nothing more, and keep Python from
@@ -139,6 +147,15 @@ def parser() -> argparse.ArgumentParser:
     draw_cmd.add_argument("--dims", type=_dims, default={}, metavar="B=8,...", help=dims_help)
     draw_cmd.add_argument("--depth", type=_depth, default=None, metavar="N", help=depth_help)
     draw_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
+
+    ops_cmd = commands.add_parser(
+        "ops",
+        help="the ops: a list, or one op's parameters, ports and shape rule",
+        description="Without NAME, list every registered op (plugins included) with its summary. With NAME, "
+        "describe that op: what it builds, its parameters (type, default, bounds, choices), its input and "
+        "output ports (shape pattern, dtype rule) and its shape rule, from the registry the checker uses.",
+    )
+    ops_cmd.add_argument("name", nargs="?", metavar="NAME", help="an op name, e.g. linear")
     return top
 
 
@@ -166,6 +183,14 @@ def _load(file: str, *, allow_imports: bool) -> Graph:
         raise _Failed(exc.problems) from None
 
 
+def _from_the_command(problem: Problem) -> Problem:
+    """``problem`` as the command's user reads it: a hint that names an argument of the Python API names the
+    command's option instead."""
+    if problem.hint == IMPORTS_HINT:
+        return dataclasses.replace(problem, hint="pass --allow-imports if you trust this file")
+    return problem
+
+
 def _zoo(name: str) -> Graph:
     """``hndl.zoo.get(name)``; the zoo is looked up at run time, since an install may not have it."""
     import importlib
@@ -182,10 +207,24 @@ def _files(args: Sequence[str]) -> Iterator[str]:
     """The files to check: each argument, a folder replaced by the spec files under it (sorted)."""
     for arg in args:
         path = Path(arg)
-        if arg != "-" and not arg.startswith("zoo:") and path.is_dir():
+        if arg != "-" and not arg.startswith("zoo:") and _is_dir(path):
             yield from sorted(str(p) for p in path.rglob("*") if p.suffix in SPEC_SUFFIXES and p.is_file())
         else:
             yield arg
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL: loading it says so
+        return False
+
+
+def _shown(name: str) -> str:
+    """A file name (or ``zoo:`` name) from the command line as echoed: escaped, and cut to :data:`SHOWN_NAME`
+    characters with a visible mark."""
+    text = printable(name)
+    return text if len(text) <= SHOWN_NAME else text[: SHOWN_NAME - 3] + "..."
 
 
 def _prepare(file: str, *, allow_imports: bool) -> tuple[Graph, Any]:
@@ -214,14 +253,15 @@ def _say(text: str, out: IO[str]) -> None:
 
 def _render(problem: Problem, file: str) -> str:
     """A problem as printed: its usual layout (headline, then indented lines), every field escaped first, so the
-    layout's own line breaks are the only ones."""
+    layout's own line breaks are the only ones; a location's file name is cut as :func:`_shown` cuts names."""
+    problem = _from_the_command(problem)
     safe = dataclasses.replace(
         problem,
         message=printable(problem.message),
         node=_safe(problem.node),
         op=_safe(problem.op),
         port=_safe(problem.port),
-        location=_safe(problem.location),
+        location=None if problem.location is None else _shown_location(problem.location),
         hint=_safe(problem.hint),
         expected=_safe(problem.expected),
         actual=_safe(problem.actual),
@@ -229,7 +269,15 @@ def _render(problem: Problem, file: str) -> str:
     )
     text = str(safe)
     # Every line starts with where the problem is, so editors and grep can jump to it.
-    return text if problem.location else f"{printable(file)}: {text}"
+    return text if problem.location else f"{_shown(file)}: {text}"
+
+
+def _shown_location(location: str) -> str:
+    """``file:line:col`` with the file part cut as :func:`_shown` cuts names (the numbers kept)."""
+    parts = location.rsplit(":", 2)
+    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+        return f"{_shown(parts[0])}:{parts[1]}:{parts[2]}"
+    return _shown(location)
 
 
 def _safe(value: Any) -> Any:
@@ -274,7 +322,7 @@ def _check_files(files: Sequence[str], *, allow_imports: bool, build: bool, out:
             for problem in exc.problems:
                 print(_render(problem, file), file=out)
             continue
-        _say(f"{file}: OK ({count} node{'' if count == 1 else 's'})", out)
+        _say(f"{_shown(file)}: OK ({count} node{'' if count == 1 else 's'})", out)
     if problems:
         noun = "problem" if problems == 1 else "problems"
         where = "file" if failed_files == 1 else "files"
@@ -293,11 +341,13 @@ def _summary(args: argparse.Namespace, *, out: IO[str]) -> int:
         _, model = _prepare(args.file, allow_imports=args.allow_imports)
         try:
             table = summary(model, depth=args.depth, **args.dims)
+        except DimError as exc:  # the model checked without them: the sizes given make a dim past int64
+            raise _Failed([_dims_too_large(args.dims, exc)]) from None
         except HndlError as exc:
             raise _Failed(exc.problems) from None
     except _Failed as exc:
         return _fail(exc, args.file, out)
-    _say(f"{table.name} ({args.file})", out)
+    _say(f"{table.name} ({_shown(args.file)})", out)
     for line in table.lines()[1:]:
         _say(line, out)
     return 0
@@ -310,14 +360,87 @@ def _draw(args: argparse.Namespace, *, out: IO[str]) -> int:
         graph = _load(args.file, allow_imports=args.allow_imports)
         try:
             draw(graph, args.output, depth=args.depth, **args.dims)
+        except DimError as exc:
+            raise _Failed([_dims_too_large(args.dims, exc)]) from None
         except HndlError as exc:
             raise _Failed(exc.problems) from None
         except OSError as exc:
-            raise _Failed([Problem("E_INPUT", f"cannot write {args.output!r}: {exc.strerror or exc}")]) from None
+            raise _Failed(
+                [Problem("E_INPUT", f"cannot write '{_shown(args.output)}': {exc.strerror or exc}")]
+            ) from None
     except _Failed as exc:
         return _fail(exc, args.file, out)
-    _say(f"wrote {args.output}", out)
+    _say(f"wrote {_shown(args.output)}", out)
     return 0
+
+
+def _dims_too_large(dims: Mapping[str, int], exc: DimError) -> Problem:
+    """E_INPUT: the sizes of ``--dims`` make a dim of the graph larger than any tensor's (2**63-1)."""
+    given = ",".join(f"{name}={size}" for name, size in dims.items())
+    return Problem("E_INPUT", f"the sizes given (--dims {_shown(given)}) make a dim too large: {exc}")
+
+
+# --- ops ----------------------------------------------------------------------------------------------------
+
+
+def _ops(name: str | None, *, out: IO[str]) -> int:
+    """``hndl ops``: every op with its summary, or one op described from its declaration (the facts its
+    reference page shows, read from the same :class:`~hndl.OpDef`)."""
+    from ._registry import registry
+
+    if name is None:
+        ops = sorted(registry, key=lambda o: o.name)
+        width = max((len(o.name) for o in ops), default=0)
+        for o in ops:
+            _say(f"{o.name.ljust(width)}  {o.summary}".rstrip(), out)
+        _say(f"{len(ops)} ops; `hndl ops NAME` describes one", out)
+        return 0
+    opdef = registry.find(name)
+    if opdef is None:
+        hint = suggestion(name, registry.names()) or "`hndl ops` lists them"
+        return _fail(_Failed([Problem("E_OP", f"unknown op {excerpt(name)}", hint=hint)]), "hndl ops", out)
+    for line in _describe_op(opdef):
+        _say(line, out)
+    return 0
+
+
+def _describe_op(o: Any) -> list[str]:
+    """One op's description as lines: summary and documentation, what it builds, a table of parameters, the
+    ports and the shape rule (:meth:`~hndl.OpDef.describe_inference`)."""
+    lines = [f"{o.name}: {o.summary}" if o.summary else o.name]
+    body = o.doc.strip().splitlines()[1:]
+    if body:
+        lines += [line.rstrip() for line in _dedent(body)]
+    lines += ["", f"builds: {o.module or 'not declared'}"]
+    if o.params:
+        rows = [[p.name, p.type.name, p.describe_default(), p.describe_constraints(), p.doc] for p in o.params]
+        lines += ["", "parameters:", *_columns(["name", "type", "default", "constraints", "description"], rows)]
+    else:
+        lines += ["", "parameters: none"]
+    ports = []
+    for direction, port in [("input", p) for p in o.inputs] + [("output", p) for p in o.outputs]:
+        notes = " (one or more)" * port.variadic + " (optional)" * port.optional
+        notes += f" (when {port.when})" if port.when is not None else ""
+        shape = str(port.pattern) if port.pattern is not None else "any"
+        ports.append([port.name + notes, direction, shape, port.dtype, port.doc])
+    lines += ["", "ports:", *_columns(["port", "direction", "shape", "dtype", "description"], ports)]
+    if o.count_outputs is not None:
+        lines.append("  the number of outputs depends on the parameters; refer to them by index (node.0)")
+    lines += ["", f"shape rule: {o.describe_inference().strip()}"]
+    return lines
+
+
+def _dedent(lines: list[str]) -> list[str]:
+    indents = [len(line) - len(line.lstrip()) for line in lines if line.strip()]
+    cut = min(indents, default=0)
+    return [line[cut:] for line in lines]
+
+
+def _columns(header: list[str], rows: list[list[str]]) -> list[str]:
+    """``rows`` under ``header`` as aligned, indented text columns (the last column is not padded)."""
+    table = [header, *rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+    return ["  " + "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]]).rstrip() for row in table]
 
 
 if __name__ == "__main__":  # pragma: no cover

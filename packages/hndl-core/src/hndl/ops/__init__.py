@@ -14,6 +14,7 @@ from . import (  # noqa: F401  (registration)
     _index,
     _math,
     _norm,
+    _positions,
     _recurrent,
     _resample,
     _shape,

@@ -1,21 +1,171 @@
-"""Multi-head attention: self-attention, or cross-attention on a second input, with an optional mask."""
+"""Attention: the high-level ``attention`` (projections, positions, the attention itself), the low-level
+``sdpa`` on heads, and ``attention_mask``, which turns a padding mask into the rank-4 mask every layer shares.
+
+Masks have one meaning everywhere (:data:`MASK_FORMS`): below rank 4 a mask starts with the batch.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._contracts import TensorType, dtype_satisfies, format_shape
+from .._dims import Dim
+from .._param_types import ParamType, describe_value, excerpt
 from .._registry import InferError, Param, Params, Port, op
 from ._common import broadcast_shapes, open_at
+from ._positions import ROPE, check_rope
+
+#: What a mask of each rank means: below rank 4 a mask always starts with the batch, and is read as rank 4 by
+#: inserting the dims it lacks (torch's right-aligned broadcasting would read a padding mask ``[B, S]`` as
+#: ``[T, S]``, which is silently wrong when ``B == T``).
+MASK_FORMS = {2: "a padding mask [B, S]", 3: "[B, T, S]", 4: "broadcastable to [B, num_heads, T, S]"}
+
+#: The projections a ``bias`` list may name, in order.
+PROJECTIONS = ("q", "k", "v", "o")
+
+
+def mask_as_rank4(shape: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A static mask shape as the layer reads it: ``[B, S]`` -> ``[B, 1, 1, S]``, ``[B, T, S]`` -> ``[B, 1, T, S]``."""
+    if len(shape) == 2:
+        return (shape[0], 1, 1, shape[1])
+    if len(shape) == 3:
+        return (shape[0], 1, shape[1], shape[2])
+    return shape
+
+
+def check_mask(mask: TensorType, scores: tuple[Dim, ...] | None, *, port: str = "mask", additive: bool = False) -> None:
+    """A mask (or, ``additive``, a score bias) against the attention scores ``[B, heads, T, S]``.
+
+    A mask is bool (true: attend) or floating (added to the scores); a score bias is floating. Either has rank
+    2 (``[B, S]``), 3 (``[B, T, S]``) or 4, and broadcasts to the scores once read as rank 4.
+
+    Raises:
+        InferError: E_DTYPE for another dtype, E_SHAPE for another rank or a shape that does not fit.
+    """
+    is_bool = dtype_satisfies(mask.dtype, "bool") is True
+    if (additive and dtype_satisfies(mask.dtype, "float") is not True and mask.dtype != "any") or (
+        not additive and not is_bool and dtype_satisfies(mask.dtype, "float") is False
+    ):
+        raise InferError(
+            f"the {port}'s dtype is {mask.dtype}",
+            code="E_DTYPE",
+            port=port,
+            expected="a float added to the scores"
+            if additive
+            else "bool (true: attend) or a float added to the scores",
+            actual=mask.dtype,
+            hint="pass mask.bool() for a 1/0 padding mask (transformers' attention_mask), and declare the input "
+            "with dtype: bool"
+            if not additive and dtype_satisfies(mask.dtype, "int") is True
+            else None,
+        )
+    if mask.shape is None or open_at(mask.shape) is not None or scores is None:
+        return
+    rank = len(mask.shape)
+    if rank not in MASK_FORMS:
+        raise InferError(
+            f"the {port} has rank {rank}",
+            port=port,
+            expected="rank 2 [B, S] (padding), rank 3 [B, T, S] or rank 4 broadcastable to [B, num_heads, T, S]",
+            actual=format_shape(mask.shape),
+            hint="a padding mask is [B, S]: true (or 0.0) where a key may be attended to",
+        )
+    try:
+        broadcast_shapes(scores, mask_as_rank4(mask.shape), ("scores", port))
+    except InferError as exc:
+        what = f"padding {port} " if rank == 2 else f"{port} "
+        read = "" if rank == 4 else f" (read as {format_shape(mask_as_rank4(mask.shape))})"
+        raise InferError(
+            f"the {what}{format_shape(mask.shape)}{read} does not broadcast to the attention scores "
+            f"[B, num_heads, T, S] = {format_shape(scores)}",
+            port=port,
+            expected=f"{MASK_FORMS[rank]}, with {format_shape(scores)} for [B, num_heads, T, S]",
+            actual=format_shape(mask.shape),
+            hint="a mask below rank 4 starts with the batch: [B, S] (padding) or [B, T, S]",
+        ) from exc
+
+
+def _divisors_near(n: int, of: int) -> list[int]:
+    """The two divisors of ``of`` nearest ``n`` (searched outward from it: ``of`` may be as large as 2**63)."""
+    window = range(max(1, n - 1000), min(of, n + 1000) + 1)
+    divisors = [h for h in window if of % h == 0] or [1]
+    return sorted(sorted(divisors, key=lambda h: (abs(h - n), -h))[:2])
+
+
+def _check_window(p: Params) -> None:
+    if p.window is not None and not p.causal:
+        raise InferError(
+            f"window={p.window} is a sliding window over earlier keys, and causal is false",
+            code="E_PARAM",
+            param="window",
+            expected="causal: true with a window",
+            actual=p.window,
+            hint="set causal: true (Mistral's sliding window), or drop window",
+        )
+
+
+def _check_heads(heads: Dim, kv_heads: Dim, *, param: str | None, port: str | None) -> None:
+    """Key/value heads must divide the query heads (each key/value head serves ``heads // kv_heads`` of them)."""
+    if isinstance(heads, int) and isinstance(kv_heads, int) and (kv_heads == 0 or heads % kv_heads):
+        near = _divisors_near(kv_heads, heads)
+        raise InferError(
+            f"{kv_heads} key/value heads do not divide {heads} query heads",
+            code="E_PARAM" if param else "E_SHAPE",
+            param=param,
+            port=port,
+            expected=f"a divisor of {heads}",
+            actual=kv_heads,
+            hint="each key/value head serves a whole group of query heads: try "
+            + ("kv_heads=" if param else "")
+            + " or ".join(str(h) for h in near),
+        )
+
+
+# --- attention ------------------------------------------------------------------------------------------
+
+
+class _ProjectionBias(ParamType):
+    """Which projections have a bias: true (all), false (none), or a list of q, k, v, o."""
+
+    name, description = "projection_bias", "true, false, or a list of the projections q, k, v, o with a bias"
+
+    def normalize(self, value: Any) -> tuple[Any, str]:
+        if isinstance(value, bool):
+            return (PROJECTIONS if value else ()), ""
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            return None, f"must be true, false or a list of q, k, v, o, got {describe_value(value)}"
+        unknown = [v for v in value if v not in PROJECTIONS]
+        if unknown:
+            return None, f"names projection {excerpt(unknown[0])}: the projections are q, k, v, o"
+        if len(set(value)) != len(value):
+            return None, f"names a projection twice, got {excerpt(value)}"
+        return tuple(v for v in PROJECTIONS if v in value), ""
+
+    def schema(self, bounds: Mapping[str, float]) -> dict[str, Any]:
+        return {
+            "anyOf": [
+                {"type": "boolean"},
+                {"type": "array", "items": {"enum": list(PROJECTIONS)}, "uniqueItems": True},
+            ]
+        }
+
+
+def projection_bias(value: Any) -> tuple[str, ...]:
+    """The projections with a bias: ``bias`` as validated, or its default ``True``."""
+    normal, _ = _ProjectionBias().normalize(value)
+    return tuple(normal)
+
+
+def _attention_inputs(p: Params, inputs: Sequence[TensorType]) -> tuple[TensorType | None, TensorType | None]:
+    """The ``kv`` and ``score_bias`` inputs of an attention node, by the ports its parameters open."""
+    extra = len(inputs) - 1 - int(p.masked) - int(p.score_bias)
+    kv = inputs[1] if extra == 1 else None
+    return kv, (inputs[-1] if p.score_bias else None)
 
 
 def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
-    if p.embed_dim % p.num_heads:
-        # The divisors nearest num_heads, searched outward from it: embed_dim may be as large as 2**63.
-        window = range(max(1, p.num_heads - 1000), min(p.embed_dim, p.num_heads + 1000) + 1)
-        divisors = [h for h in window if p.embed_dim % h == 0] or [1]
-        near = sorted(divisors, key=lambda h: (abs(h - p.num_heads), -h))[:2]
+    if p.head_dim is None and p.embed_dim % p.num_heads:
         raise InferError(
             f"embed_dim {p.embed_dim} is not divisible by num_heads={p.num_heads}",
             code="E_PARAM",
@@ -23,10 +173,27 @@ def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
             expected=f"a divisor of embed_dim ({p.embed_dim})",
             actual=p.num_heads,
             hint="num_heads must divide the input's last dim: try num_heads="
-            + " or ".join(str(h) for h in sorted(near)),
+            + " or ".join(str(h) for h in _divisors_near(p.num_heads, p.embed_dim))
+            + ", or give head_dim",
         )
+    kv_heads = p.num_heads if p.kv_heads is None else p.kv_heads
+    _check_heads(p.num_heads, kv_heads, param="kv_heads", port=None)
+    head_dim = p.embed_dim // p.num_heads if p.head_dim is None else p.head_dim
+    bias_on = projection_bias(p.bias)
+    if p.fused and len({name in bias_on for name in "qkv"}) != 1:
+        raise InferError(
+            f"bias {list(bias_on)} gives q, k and v different biases, and fused holds them in one projection",
+            code="E_PARAM",
+            param="bias",
+            expected="q, k and v all with a bias or all without, when fused",
+            actual=list(bias_on),
+            hint="set fused: false (q_proj, k_proj, v_proj, o_proj) for a bias on some of them",
+        )
+    if p.rope is not None:
+        check_rope(p.rope, head_dim, "rope")
+    _check_window(p)
     x = inputs[0]
-    kv = inputs[1] if len(inputs) == 3 or (len(inputs) == 2 and not p.masked) else None
+    kv, bias = _attention_inputs(p, inputs)
     if kv is not None and kv.shape is not None and open_at(kv.shape) is None and not isinstance(kv.shape[2], int):
         raise InferError(
             f"the width of kv {format_shape(kv.shape)} is not a fixed number",
@@ -35,66 +202,110 @@ def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
             actual=format_shape(kv.shape),
             hint="give the last dim of the keys-and-values input as an int: the kv projection is sized by it",
         )
+    scores = None
+    if x.shape is not None and open_at(x.shape) is None:
+        keys = x.shape if kv is None or kv.shape is None or open_at(kv.shape) is not None else kv.shape
+        scores = (x.shape[0], p.num_heads, x.shape[1], keys[1])
     if p.masked:
-        _check_mask(p, x, kv, inputs[-1])
+        check_mask(inputs[1 + int(kv is not None)], scores)
+    if bias is not None:
+        check_mask(bias, scores, port="score_bias", additive=True)
     return [x]
 
 
-def _check_mask(p: Params, x: TensorType, kv: TensorType | None, mask: TensorType) -> None:
-    """A mask must be bool or x's floating dtype, and broadcast to ``[B, num_heads, T, S]``."""
-    if dtype_satisfies(mask.dtype, "bool") is not True and dtype_satisfies(mask.dtype, "float") is False:
-        raise InferError(
-            f"the mask's dtype is {mask.dtype}",
-            code="E_DTYPE",
-            port="mask",
-            expected="bool (true: attend) or a float added to the scores",
-            actual=mask.dtype,
-        )
-    if x.shape is None or mask.shape is None or open_at(x.shape) is not None or open_at(mask.shape) is not None:
-        return
-    keys = x.shape if kv is None or kv.shape is None or open_at(kv.shape) is not None else kv.shape
-    scores = (x.shape[0], p.num_heads, x.shape[1], keys[1])
-    if len(mask.shape) > 4:
-        raise InferError(
-            f"the mask has rank {len(mask.shape)}",
-            port="mask",
-            expected="rank <= 4, broadcastable to [B, num_heads, T, S]",
-            actual=format_shape(mask.shape),
-        )
-    try:
-        broadcast_shapes(scores, mask.shape, ("scores", "mask"))
-    except InferError as exc:
-        raise InferError(
-            f"the mask {format_shape(mask.shape)} does not broadcast to the attention scores "
-            f"[B, num_heads, T, S] = {format_shape(scores)}",
-            port="mask",
-            expected=f"broadcastable to {format_shape(scores)}",
-            actual=format_shape(mask.shape),
-            hint="a padding mask [B, S] must be reshaped to [B, 1, 1, S]",
-        ) from exc
+def _is_legacy(p: Params) -> bool:
+    """Whether a node uses only what ``attention`` had before it took grouped heads, separate projections,
+    positions, scales, windows and score biases: it then builds the same layer as then (the same class, the same
+    state_dict keys, the same code, bit for bit)."""
+    return (
+        p.fused
+        and p.kv_heads in (None, p.num_heads)
+        and p.head_dim is None
+        and projection_bias(p.bias) in ((), PROJECTIONS)
+        and p.scale is None
+        and p.rope is None
+        and p.window is None
+        and not p.score_bias
+    )
 
 
 @op(
     "attention",
     params=[
-        Param("num_heads", "int", min=1, doc="number of attention heads; must divide embed_dim"),
+        Param("num_heads", "int", min=1, doc="number of query heads"),
         Param("embed_dim", "int", min=1, inferred=True, doc="model width D (inferred from the input's last dim)"),
+        Param(
+            "kv_heads",
+            "int",
+            default=None,
+            nullable=True,
+            min=1,
+            doc="key/value heads (grouped-query attention: fewer than num_heads, dividing it); null: num_heads",
+        ),
+        Param(
+            "head_dim", "int", default=None, nullable=True, min=1, doc="width of one head; null: embed_dim // num_heads"
+        ),
+        Param(
+            "fused",
+            "bool",
+            default=True,
+            doc="one projection for queries, keys and values (qkv, proj: GPT-2); false: q_proj, k_proj, v_proj, o_proj",
+        ),
+        Param(
+            "bias", _ProjectionBias(), default=True, doc="biases: on every projection, none, or a list of q, k, v, o"
+        ),
+        Param(
+            "scale", "float", default=None, nullable=True, doc="factor on the scores q @ k^T; null: 1/sqrt(head_dim)"
+        ),
         Param("causal", "bool", default=False, doc="each position attends only to itself and earlier positions"),
+        Param(
+            "window",
+            "int",
+            default=None,
+            nullable=True,
+            min=1,
+            doc="with causal: attend only to the window latest keys, the query's own included (Mistral)",
+        ),
+        Param(
+            "rope",
+            ROPE,
+            default=None,
+            nullable=True,
+            doc="rotary embeddings on queries and keys: the rotary op's "
+            "theta, dims, scaling, interleaved ({} for the defaults)",
+        ),
         Param("dropout", "float", default=0.0, min=0, max=1, doc="dropout on the attention weights, in training only"),
-        Param("bias", "bool", default=True, doc="learn biases in the projections"),
-        Param("masked", "bool", default=False, doc="the last input is an attention mask"),
+        Param("masked", "bool", default=False, doc="an input after x (and kv) is an attention mask"),
+        Param(
+            "score_bias", "bool", default=False, doc="the last input is a float added to the scores (T5's positions)"
+        ),
     ],
     inputs=[
         Port("x", ["B", "T", "embed_dim"], doc="batch, sequence, features: the queries (and keys and values)"),
         Port("kv", ["B", "S", "kdim"], optional=True, doc="cross-attention: the sequence keys and values come from"),
-        Port("mask", None, dtype="any", when="masked", doc="bool (true: attend) or additive float mask"),
+        Port(
+            "mask",
+            None,
+            dtype="any",
+            when="masked",
+            doc="bool (true: attend) or additive float: [B, S] (padding), [B, T, S], or rank 4",
+        ),
+        Port(
+            "score_bias",
+            None,
+            dtype="any",
+            when="score_bias",
+            doc="float added to the scores, [1, num_heads, T, S] (T5) or any form a mask takes",
+        ),
     ],
     outputs=[Port("y", ["B", "T", "embed_dim"], dtype="same:x")],
     infer=_attention_infer,
-    module="hndl.torch.layers.SelfAttention or CrossAttention",
+    module="hndl.torch.layers.SelfAttention or CrossAttention (the GPT-2 layout), else hndl.torch.layers.Attention",
     inference=(
-        "num_heads must divide embed_dim; kdim (the kv input's width) must be an int; the mask must broadcast "
-        "to [B, num_heads, T, S] (S = T without kv)"
+        "num_heads must divide embed_dim unless head_dim is given; kv_heads must divide num_heads; kdim (the kv "
+        "input's width) must be an int; the mask is [B, S] (padding), [B, T, S] or of rank 4 broadcastable to "
+        "[B, num_heads, T, S] (S = T without kv), the score bias too; rope's dims even and at most head_dim; "
+        "window needs causal"
     ),
     example={"op": "attention", "num_heads": 12, "causal": True},
     input_shape_example=["B", "T", 768],
@@ -102,21 +313,161 @@ def _check_mask(p: Params, x: TensorType, kv: TensorType | None, mask: TensorTyp
 def attention(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Multi-head attention over ``[B, T, D]``, built on ``scaled_dot_product_attention``.
 
-    With one input it is self-attention: the module holds ``qkv`` (``Linear(D, 3D)``, queries, keys and
-    values in that order) and ``proj`` (``Linear(D, D)``), the GPT-2 layout. With a second input ``kv``
-    (``[B, S, E]``, any width ``E``) it is cross-attention: ``q`` (``Linear(D, D)``) projects ``x``, ``kv``
-    (``Linear(E, 2D)``, keys then values) the second input, then ``proj``. With ``masked: true`` the last
-    input is a mask broadcastable to ``[B, num_heads, T, S]``: bool (true where a query may attend) or a
-    float added to the scores; a padding mask ``[B, S]`` is reshaped to ``[B, 1, 1, S]`` first. ``causal``
-    combines with a mask. ``embed_dim`` follows from ``x``'s last dim.
-    """
-    from ..torch.layers import CrossAttention, SelfAttention
+    Projections. By default (``fused``) one ``qkv`` (``Linear(D, 3D)``: queries, keys, values in that order)
+    and ``proj`` (``Linear(D, D)``), the GPT-2 layout; with a second input ``kv`` (``[B, S, E]``, any width
+    ``E``) it is cross-attention: ``q`` (``Linear(D, D)``) projects ``x``, ``kv`` (``Linear(E, 2D)``, keys then
+    values) the second input, then ``proj``. With ``fused: false``: ``q_proj``, ``k_proj``, ``v_proj``,
+    ``o_proj`` (LLaMA, Mistral, Whisper; BERT's and T5's weights map onto them). ``bias`` puts a bias on every
+    projection, on none, or on those it lists (Whisper: ``[q, v, o]``).
 
-    cross = len(inputs) == 3 or (len(inputs) == 2 and not p.masked)
-    if cross:
-        kv_shape = inputs[1].shape
-        assert kv_shape is not None
-        return CrossAttention(
-            p.embed_dim, int(kv_shape[-1]), p.num_heads, causal=p.causal, dropout=p.dropout, bias=p.bias
+    Heads. ``num_heads`` query heads of ``head_dim`` (``D // num_heads`` by default); ``kv_heads`` key/value
+    heads (grouped-query attention: each serves ``num_heads // kv_heads`` query heads). ``rope`` rotates queries
+    and keys by their positions as the ``rotary`` op does (``{theta: 500000.0}``). ``scale`` replaces
+    ``1/sqrt(head_dim)`` (T5: 1.0).
+
+    Masks. ``causal`` lets position ``i`` see keys ``0..i``; ``window`` (with ``causal``) only the latest
+    ``window`` of those. With ``masked: true`` an input after ``x`` (and ``kv``) is a mask: bool (true where a
+    query may attend) or a float added to the scores. A mask of rank 2 is a padding mask ``[B, S]`` (read as
+    ``[B, 1, 1, S]``), one of rank 3 is ``[B, T, S]`` (read as ``[B, 1, T, S]``), one of rank 4 broadcasts to
+    ``[B, num_heads, T, S]``; a mask below rank 4 always starts with the batch, even where ``B`` and ``T`` are
+    equal. With ``score_bias: true`` the last input is a float added to the scores (T5's relative position bias
+    ``[1, num_heads, T, S]``). ``causal``, ``window``, the mask and the score bias combine. ``embed_dim`` follows
+    from ``x``'s last dim.
+
+    A node that uses none of ``kv_heads``, ``head_dim``, ``fused: false``, a partial ``bias``, ``scale``,
+    ``rope``, ``window`` and ``score_bias`` builds the layer of earlier releases (``SelfAttention`` or
+    ``CrossAttention``), with the same state_dict keys.
+    """
+    from ..torch.layers import Attention, CrossAttention, SelfAttention
+
+    kv, _ = _attention_inputs(p, inputs)
+    kdim = None if kv is None else int(kv.shape[-1])  # type: ignore[index]
+    if _is_legacy(p):
+        bias = bool(projection_bias(p.bias))
+        if kdim is not None:
+            return CrossAttention(p.embed_dim, kdim, p.num_heads, causal=p.causal, dropout=p.dropout, bias=bias)
+        return SelfAttention(p.embed_dim, p.num_heads, causal=p.causal, dropout=p.dropout, bias=bias)
+    return Attention(
+        p.embed_dim,
+        p.num_heads,
+        kv_heads=p.kv_heads,
+        head_dim=p.head_dim,
+        kdim=kdim,
+        fused=p.fused,
+        bias=projection_bias(p.bias),
+        scale=p.scale,
+        causal=p.causal,
+        window=p.window,
+        dropout=p.dropout,
+        rope=p.rope,
+        masked=p.masked,
+        score_bias=p.score_bias,
+    )
+
+
+# --- sdpa -----------------------------------------------------------------------------------------------
+
+
+def _sdpa_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    q, k, v = inputs[:3]
+    _check_window(p)
+    if q.shape is not None and k.shape is not None and open_at(q.shape) is None and open_at(k.shape) is None:
+        _check_heads(q.shape[1], k.shape[1], param=None, port="k")
+    scores = None
+    if q.shape is not None and k.shape is not None and open_at(q.shape) is None and open_at(k.shape) is None:
+        scores = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    if p.masked:
+        check_mask(inputs[3], scores)
+    if q.shape is None or v.shape is None or open_at(q.shape) is not None or open_at(v.shape) is not None:
+        return [TensorType(None, q.dtype)]
+    return [TensorType((*q.shape[:3], v.shape[3]), q.dtype)]
+
+
+@op(
+    "sdpa",
+    params=[
+        Param("causal", "bool", default=False, doc="query i attends only to keys 0..i"),
+        Param("window", "int", default=None, nullable=True, min=1, doc="with causal: only the window latest keys"),
+        Param("scale", "float", default=None, nullable=True, doc="factor on q @ k^T; null: 1/sqrt(D)"),
+        Param("dropout", "float", default=0.0, min=0, max=1, doc="dropout on the attention weights, in training only"),
+        Param("masked", "bool", default=False, doc="a fourth input is a mask"),
+    ],
+    inputs=[
+        Port("q", ["B", "H", "T", "D"], doc="queries: batch, heads, positions, head width"),
+        Port("k", ["B", "Hkv", "S", "D"], dtype="same:q", doc="keys: Hkv heads (dividing H), S positions"),
+        Port("v", ["B", "Hkv", "S", "Dv"], dtype="same:q", doc="values, one per key"),
+        Port(
+            "mask",
+            None,
+            dtype="any",
+            when="masked",
+            doc="bool (true: attend) or additive float: [B, S] (padding), [B, T, S], or rank 4",
+        ),
+    ],
+    outputs=[Port("y", ["B", "H", "T", "Dv"], dtype="same:q")],
+    infer=_sdpa_infer,
+    module="hndl.torch.layers.SDPA",
+    inference="Hkv must divide H; the mask is [B, S], [B, T, S] or broadcastable to [B, H, T, S]; window needs causal",
+    example={"op": "sdpa", "causal": True},
+    input_shape_example=["B", 8, "T", 64],
+)
+def sdpa(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Scaled dot-product attention on heads: ``softmax(q @ k^T * scale + mask) @ v``.
+
+    ``q`` is ``[B, H, T, D]``, ``k`` and ``v`` ``[B, Hkv, S, D]`` and ``[B, Hkv, S, Dv]``; with fewer key/value
+    heads than query heads (grouped-query attention) each serves ``H // Hkv`` query heads in turn. ``causal``,
+    ``window`` (Mistral's sliding window: query ``i`` sees keys ``i-window+1 .. i``) and the mask (as
+    ``attention``'s: ``[B, S]``, ``[B, T, S]`` or rank 4, bool or additive) combine. Runs
+    ``torch.nn.functional.scaled_dot_product_attention``; the key/value heads are repeated, or left to its
+    ``enable_gqa`` where torch has it (2.5 and later) and there is no mask.
+    """
+    from ..torch.layers import SDPA
+
+    return SDPA(causal=p.causal, window=p.window, scale=p.scale, dropout=p.dropout)
+
+
+# --- attention_mask -------------------------------------------------------------------------------------
+
+
+def _attention_mask_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    _check_window(p)
+    padding = inputs[0]
+    shape = padding.shape
+    if shape is None or open_at(shape) is not None:
+        return [TensorType(None, "bool")]
+    if len(shape) != 2:
+        raise InferError(
+            f"the padding mask has rank {len(shape)}",
+            port="padding",
+            expected="[B, S]",
+            actual=format_shape(shape),
         )
-    return SelfAttention(p.embed_dim, p.num_heads, causal=p.causal, dropout=p.dropout, bias=p.bias)
+    return [TensorType((shape[0], 1, shape[1], shape[1]), "bool")]
+
+
+@op(
+    "attention_mask",
+    params=[
+        Param("causal", "bool", default=False, doc="fold in the causal pattern: query i sees keys 0..i"),
+        Param("window", "int", default=None, nullable=True, min=1, doc="with causal: only the window latest keys"),
+    ],
+    inputs=[Port("padding", ["B", "S"], dtype="bool", doc="true for a real token, false for padding")],
+    outputs=[Port("y", ["B", 1, "S", "S"], dtype="bool")],
+    infer=_attention_mask_infer,
+    module="hndl.torch.layers.AttentionMask",
+    inference="window needs causal",
+    example={"op": "attention_mask", "causal": True},
+    input_shape_example=["B", "S"],
+)
+def attention_mask(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """A padding mask ``[B, S]`` as self-attention's rank-4 bool mask ``[B, 1, S, S]``.
+
+    Query ``i`` may attend to key ``j`` when ``j`` is a real token, and with ``causal`` when ``j <= i`` (with
+    ``window``, also ``j > i - window``). Made once at the top of a model and passed to every layer (``masked``
+    attention, through ``repeat``'s ``shared`` inputs), as transformers builds its mask once per forward. What a
+    query row with no key allowed gives (left padding under ``causal``) is SDPA's answer: zeros with torch 2.13
+    and 2.14.
+    """
+    from ..torch.layers import AttentionMask
+
+    return AttentionMask(causal=p.causal, window=p.window)

@@ -33,6 +33,22 @@ class _GraphArguments(ParamType):
         return {"anyOf": [mapping, {"type": "array", "items": mapping}]}
 
 
+class _InputNames(ParamType):
+    """Names of a subgraph's inputs: distinct strings (whether the graph has them is the checker's question)."""
+
+    name, description = "input_names", "list of the graph's input names"
+
+    def normalize(self, value: Any) -> tuple[Any, str]:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            return None, f"must be a list of input names, got {excerpt(value)}"
+        if len(set(value)) != len(value):
+            return None, f"names an input twice, got {excerpt(value)}"
+        return tuple(value), ""
+
+    def schema(self, bounds: Mapping[str, float]) -> dict[str, Any]:
+        return {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+
+
 def _build_graph(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Run a named subgraph as one node, ``repeat`` times in sequence, each repetition with its own weights.
 
@@ -41,6 +57,11 @@ def _build_graph(p: Params, inputs: Sequence[TensorType]) -> Any:
     Inside, nodes are named ``<node>.<repetition>.<inner node>`` (``blocks.2.attn``) in messages, and their
     modules live under ``nodes.n_<node>.<repetition>.n_<inner node>``; a graph used without ``repeat`` has no
     repetition level (``stem.conv``, ``nodes.n_stem.n_conv``). ``params`` sets the graph's parameters.
+
+    With ``repeat``, each repetition's outputs feed the next repetition's inputs, in order. Inputs named in
+    ``shared`` are not carried that way: every repetition reads the node's own value for them (a mask, rotary
+    tables, a position bias made once), and the graph's outputs feed only the other inputs, so it has one output
+    per input not shared.
     """
     # The op declares runs_subgraph: the GraphModule builder (torch/_build.py) expands its nodes from the
     # checked subgraphs and never calls this function.
@@ -68,6 +89,13 @@ op(
             doc="values for the graph's parameters (the rest keep their defaults): one mapping for every "
             "repetition, or a list: one mapping per repetition in turn, the last for every repetition after them",
         ),
+        Param(
+            "shared",
+            _InputNames(),
+            default=(),
+            doc="the graph's inputs that every repetition reads from this node's inputs (a mask, a position "
+            "bias), instead of from the previous repetition's outputs",
+        ),
     ],
     inputs=[Port("inputs", None, dtype="any", doc="one value per input of the graph", variadic=True)],
     outputs=[Port("outputs", None, dtype="any", doc="the graph's outputs, in declared order")],
@@ -75,7 +103,9 @@ op(
     "torch.nn.ModuleDict itself",
     inference=(
         "checks each input against the subgraph's input contract, then infers through the subgraph; with "
-        "repeat, each repetition's outputs feed the next, and each repetition infers its own parameters"
+        "repeat, each repetition's outputs feed the next repetition's inputs not named in shared (one output per "
+        "such input), the shared ones read this node's inputs every time, and each repetition infers its own "
+        "parameters"
     ),
     example={"op": "graph", "graph": "block", "repeat": 4},
     input_shape_example=["B", "T", 64],

@@ -28,7 +28,7 @@ from .._errors import HndlError, ProblemList
 from .._graph import Graph
 from .._plan import Plan, lower
 from .._registry import InferError
-from ..naming import suggestion
+from ..naming import dtype_name, suggestion
 from ._blocks import Block
 
 if TYPE_CHECKING:
@@ -154,8 +154,9 @@ def _build_leaf(node: CheckedNode, problems: ProblemList, causes: list[BaseExcep
 def tie_parameters(plan: Plan, nodes: nn.ModuleDict, problems: ProblemList) -> None:
     """Make each tied parameter the very ``Parameter`` of the node it names (both built by now).
 
-    Reports an unknown target (E_REF), a parameter the node's own layer does not have (E_PARAM), and two
-    shapes that differ (E_SHAPE, naming both nodes; the layouts must agree, torch ties no transposes).
+    Reports an unknown target (E_REF), a parameter the node's own layer does not have (E_PARAM), two shapes
+    that differ (E_SHAPE, naming both nodes; the layouts must agree, torch ties no transposes) and two dtypes
+    that differ (E_DTYPE: a layer fed float64 is built in float64, one fed float32 in float32).
     """
     layers = {step.node.qualname: (step.node, _module_at(nodes, step.node.path)) for step in plan.steps}
     for step in plan.steps:
@@ -209,6 +210,21 @@ def tie_parameters(plan: Plan, nodes: nn.ModuleDict, problems: ProblemList) -> N
                         "must agree"
                         if swapped
                         else "size this node so that its parameter has the tied parameter's shape",
+                    )
+                )
+                continue
+            if current.dtype != source.dtype:
+                # Each layer follows its input's declared dtype (_follow_input_dtype): one tensor cannot be both,
+                # and the first call would fail inside the layer.
+                problems.append_problem(
+                    node.problem(
+                        "E_DTYPE",
+                        f"tie {own!r} = {target!r}: {node.op} '{node.qualname}' has {own} in "
+                        f"{dtype_name(current.dtype)}, {_describe(layers[target_node][0])} has {target_path} in "
+                        f"{dtype_name(source.dtype)}",
+                        expected=dtype_name(current.dtype),
+                        actual=dtype_name(source.dtype),
+                        hint="declare the same float dtype for the inputs of both nodes",
                     )
                 )
                 continue

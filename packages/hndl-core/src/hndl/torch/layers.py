@@ -13,8 +13,12 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from ._attention_layers import SDPA, Attention, AttentionMask, RelativePositionBias, Rotary, as_rank4
+
 __all__ = [
     "Add",
+    "Attention",
+    "AttentionMask",
     "Concat",
     "CrossAttention",
     "GRU",
@@ -27,7 +31,10 @@ __all__ = [
     "Pad",
     "Permute",
     "Positions",
+    "RelativePositionBias",
     "Reshape",
+    "Rotary",
+    "SDPA",
     "Scale",
     "Select",
     "SelfAttention",
@@ -198,6 +205,7 @@ class SelfAttention(nn.Module):
                 q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=self.causal
             )
         else:
+            mask = as_rank4(mask)
             y = F.scaled_dot_product_attention(
                 q,
                 k,
@@ -225,7 +233,8 @@ class CrossAttention(nn.Module):
 
     ``q`` (``Linear(D, D)``) projects the queries, ``kv`` (``Linear(E, 2D)``) the keys and values (in that
     order), heads of ``D // num_heads`` are combined by :func:`torch.nn.functional.scaled_dot_product_attention`
-    with an optional mask broadcastable to ``[B, num_heads, T, S]``, and ``proj`` (``Linear(D, D)``) maps the
+    with an optional mask (``[B, S]``, ``[B, T, S]`` or broadcastable to ``[B, num_heads, T, S]``, see
+    :func:`as_rank4`), and ``proj`` (``Linear(D, D)``) maps the
     heads back.
     """
 
@@ -263,6 +272,7 @@ class CrossAttention(nn.Module):
         if mask is None:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=self.causal)
         else:
+            mask = as_rank4(mask)
             attn_mask = _with_causal(mask, t, s) if self.causal else mask
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
         return self.proj(y.transpose(1, 2).contiguous().view(b, t, d))

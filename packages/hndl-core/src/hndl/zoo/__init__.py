@@ -25,7 +25,27 @@ entry                        configuration
                              ``dropout``
 ``seq2seq_transformer``      ``src_vocab``, ``tgt_vocab``, ``d_model``, ``nhead``, ``num_encoder_layers``,
                              ``num_decoder_layers``, ``dim_feedforward``, ``dropout``, ``max_len``
+``llama``                    ``vocab_size``, ``hidden_size``, ``intermediate_size``, ``num_hidden_layers``,
+                             ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``rope_theta``,
+                             ``rope_scaling``, ``rms_norm_eps``, ``attention_bias``, ``mlp_bias``,
+                             ``attention_dropout``; presets ``llama-2-7b``, ``llama-3-8b``, ``llama-3.1-8b``
+``mistral``                  as ``llama`` with ``sliding_window`` (no ``rope_scaling``, no biases); preset
+                             ``mistral-7b``
+``bert``                     ``vocab_size``, ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
+                             ``intermediate_size``, ``max_position_embeddings``, ``type_vocab_size``,
+                             ``pad_token_id``, ``layer_norm_eps``, ``hidden_dropout_prob``,
+                             ``attention_probs_dropout_prob``; presets ``bert-base``, ``bert-large``
+``whisper_encoder``          ``num_mel_bins``, ``d_model``, ``encoder_layers``, ``encoder_attention_heads``,
+                             ``encoder_ffn_dim``, ``max_source_positions``, ``dropout``, ``attention_dropout``,
+                             ``activation_dropout``; presets ``whisper-tiny``, ``whisper-base``
+``t5_encoder``               ``vocab_size``, ``d_model``, ``d_kv``, ``d_ff``, ``num_layers``, ``num_heads``,
+                             ``relative_attention_num_buckets``, ``relative_attention_max_distance``,
+                             ``layer_norm_epsilon``, ``dropout_rate``; presets ``t5-small``, ``t5-base``
 ============================ ==================================================================================
+
+The transformer entries default to small configurations that run fast on a CPU; ``preset`` selects a published
+one (``hndl.zoo.get("llama", preset="llama-2-7b")``, or ``zoo:llama@llama-2-7b`` wherever a spec file is
+accepted).
 
 >>> import hndl
 >>> "resnet18" in hndl.zoo.names()
@@ -38,13 +58,14 @@ True
 
 from __future__ import annotations
 
+import copy
 import os
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from .._errors import HndlError, Problem
 from .._graph import Graph
-from ..naming import suggestion
+from ..naming import excerpt, suggestion
 from ._entries import ENTRIES, Entry
 from ._weights import Rule, Target
 from ._weights import load_reference_state_dict as _load_with_rules
@@ -62,6 +83,7 @@ __all__ = [
     "get",
     "load_reference_state_dict",
     "names",
+    "presets",
     "spec_text",
 ]
 
@@ -85,9 +107,9 @@ def entry(name: str) -> Entry:
         raise HndlError(
             Problem(
                 "E_SPEC",
-                f"the zoo has no entry {name!r}",
+                f"the zoo has no entry {excerpt(name)}",
                 expected="one of " + ", ".join(ENTRIES),
-                actual=repr(name),
+                actual=excerpt(name),
                 hint=suggestion(name, ENTRIES) if isinstance(name, str) else None,
             )
         )
@@ -100,11 +122,14 @@ def spec_text(name: str) -> str:
     return resources.files(__name__).joinpath("specs", f"{name}.yaml").read_text(encoding="utf-8")
 
 
-def get(name: str, **overrides: Any) -> Graph:
+def get(name: str, preset: str | None = None, **overrides: Any) -> Graph:
     """Entry ``name`` as a :class:`~hndl.Graph`, with its configuration (its spec's ``params``) overridden.
 
     Args:
-        name: an entry of :func:`names` (``"resnet18"``; a leading ``"zoo:"`` is accepted).
+        name: an entry of :func:`names` (``"resnet18"``; a leading ``"zoo:"`` is accepted, and so is a preset
+            after ``@``: ``"zoo:llama@llama-2-7b"``, which is how ``hndl summary`` and :func:`hndl.load` name one).
+        preset: a published configuration of the entry (``"llama-2-7b"``, ``"bert-base"``; :func:`presets`
+            lists them), applied before ``overrides``.
         **overrides: values for the spec's parameters, ``num_classes=10``, ``n_layer=6``, ``image_size=384``
             (the module docstring lists each entry's). Their validity (type,
             range, whether the result is a consistent model) is checked by :func:`hndl.check`/:func:`hndl.build`
@@ -114,14 +139,18 @@ def get(name: str, **overrides: Any) -> Graph:
         A fresh graph: locations read ``zoo:<name>:line:col``; ``graph.params`` holds the configuration.
 
     Raises:
-        HndlError: E_SPEC for an unknown entry, E_PARAM for an override the entry does not have (each with a
-            did-you-mean).
+        HndlError: E_SPEC for an unknown entry or preset, E_PARAM for an override the entry does not have (each
+            with a did-you-mean).
     """
     from .._spec_loader import _load_text
 
     if isinstance(name, str) and name.startswith(PREFIX):
         name = name[len(PREFIX) :]
+    if isinstance(name, str) and "@" in name and preset is None:
+        name, _, preset = name.partition("@")
     graph = _load_text(spec_text(name), PREFIX + name, allow_imports=False)
+    if preset is not None:
+        graph.params.update(_preset(name, preset))
     unknown = [key for key in overrides if key not in graph.params]
     if unknown:
         declared = ", ".join(graph.params)
@@ -140,6 +169,28 @@ def get(name: str, **overrides: Any) -> Graph:
         )
     graph.params.update(overrides)
     return graph
+
+
+def presets(name: str) -> dict[str, dict[str, Any]]:
+    """The published configurations of entry ``name``: preset name -> the spec parameters it sets."""
+    if isinstance(name, str) and name.startswith(PREFIX):
+        name = name[len(PREFIX) :]
+    return {key: dict(values) for key, values in entry(name).presets.items()}
+
+
+def _preset(name: str, preset: str) -> dict[str, Any]:
+    known = entry(name).presets
+    if not isinstance(preset, str) or preset not in known:
+        raise HndlError(
+            Problem(
+                "E_SPEC",
+                f"zoo:{name} has no preset {excerpt(preset)}",
+                expected=("one of " + ", ".join(known)) if known else "no preset: this entry has none",
+                actual=excerpt(preset),
+                hint=suggestion(preset, known) if isinstance(preset, str) else None,
+            )
+        )
+    return copy.deepcopy(dict(known[preset]))
 
 
 def load_reference_state_dict(model: GraphModule, name: str, state_dict: Any) -> LoadReport:

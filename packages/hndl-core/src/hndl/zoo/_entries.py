@@ -7,7 +7,9 @@ defaults, and the rules that carry the reference's ``state_dict`` keys to hndl's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from ._weights import Rule, rule
 
@@ -23,12 +25,17 @@ class Entry:
         reference: the implementation it reproduces, as code a user would write.
         parameters: the reference's parameter count at the spec's defaults (tied weights counted once).
         rules: the reference's state_dict keys to hndl's, first match wins.
+        presets: published configurations by name (``"llama-2-7b"``), each the spec parameters it sets, in the
+            reference's config names; ``hndl.zoo.get(name, preset=...)`` applies one.
+        preset_parameters: the reference's parameter count at each preset.
     """
 
     name: str
     reference: str
     parameters: int
     rules: tuple[Rule, ...]
+    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    preset_parameters: Mapping[str, int] = field(default_factory=dict)
 
 
 def _resnet_rules() -> tuple[Rule, ...]:
@@ -131,6 +138,147 @@ def _seq2seq_rules() -> tuple[Rule, ...]:
     )
 
 
+def _decoder_rules() -> tuple[Rule, ...]:
+    # transformers' LlamaForCausalLM / MistralForCausalLM: the model under `model.`, the head beside it.
+    ref, hndl = "model.layers.{i}", "nodes.n_layers.{i}"
+    return (
+        rule(f"{ref}.self_attn.{{proj}}.{{t}}", f"{hndl}.n_self_attn.{{proj}}.{{t}}"),
+        rule(f"{ref}.mlp.{{layer}}.{{t}}", f"{hndl}.n_{{layer}}.{{t}}"),
+        rule(f"{ref}.{{layer}}.{{t}}", f"{hndl}.n_{{layer}}.{{t}}"),
+        rule("model.{layer}.{t}", "nodes.n_{layer}.{t}"),
+        rule("lm_head.{t}", "nodes.n_lm_head.{t}"),
+    )
+
+
+def _bert_rules() -> tuple[Rule, ...]:
+    ref, hndl = "encoder.layer.{i}", "nodes.n_layer.{i}"
+    return (
+        rule("embeddings.LayerNorm.{t}", "nodes.n_embeddings_norm.{t}"),
+        rule("embeddings.{layer}.{t}", "nodes.n_{layer}.{t}"),
+        # BERT names the projections query, key, value and attention.output.dense; hndl's attention holds them.
+        rule(f"{ref}.attention.self.query.{{t}}", f"{hndl}.n_attention.q_proj.{{t}}"),
+        rule(f"{ref}.attention.self.key.{{t}}", f"{hndl}.n_attention.k_proj.{{t}}"),
+        rule(f"{ref}.attention.self.value.{{t}}", f"{hndl}.n_attention.v_proj.{{t}}"),
+        rule(f"{ref}.attention.output.dense.{{t}}", f"{hndl}.n_attention.o_proj.{{t}}"),
+        rule(f"{ref}.attention.output.LayerNorm.{{t}}", f"{hndl}.n_attention_norm.{{t}}"),
+        rule(f"{ref}.intermediate.dense.{{t}}", f"{hndl}.n_intermediate.{{t}}"),
+        rule(f"{ref}.output.dense.{{t}}", f"{hndl}.n_output.{{t}}"),
+        rule(f"{ref}.output.LayerNorm.{{t}}", f"{hndl}.n_output_norm.{{t}}"),
+        rule("pooler.dense.{t}", "nodes.n_pooler.{t}"),
+    )
+
+
+def _whisper_encoder_rules() -> tuple[Rule, ...]:
+    return (
+        rule("layers.{i}.self_attn.out_proj.{t}", "nodes.n_layers.{i}.n_self_attn.o_proj.{t}"),
+        rule("layers.{i}.self_attn.{proj}.{t}", "nodes.n_layers.{i}.n_self_attn.{proj}.{t}"),
+        rule("layers.{i}.{layer}.{t}", "nodes.n_layers.{i}.n_{layer}.{t}"),
+        rule("{layer}.{t}", "nodes.n_{layer}.{t}"),
+    )
+
+
+def _t5_encoder_rules() -> tuple[Rule, ...]:
+    ref, hndl = "encoder.block.{i}.layer", "nodes.n_block.{i}"
+    return (
+        rule("shared.weight", "nodes.n_shared.weight"),
+        # T5EncoderModel ties the encoder's embedding to `shared`; the state_dict lists the one tensor twice.
+        rule("encoder.embed_tokens.weight"),
+        # transformers keeps the position bias table in block 0; hndl computes the bias once, outside the blocks.
+        rule(
+            "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+            "nodes.n_relative_attention_bias.weight",
+        ),
+        rule(f"{ref}.0.SelfAttention.{{proj}}.weight", f"{hndl}.n_self_attention.{{proj}}_proj.weight"),
+        rule(f"{ref}.0.layer_norm.weight", f"{hndl}.n_layer_norm.weight"),
+        rule(f"{ref}.1.DenseReluDense.{{layer}}.weight", f"{hndl}.n_{{layer}}.weight"),
+        rule(f"{ref}.1.layer_norm.weight", f"{hndl}.n_ff_layer_norm.weight"),
+        rule("encoder.final_layer_norm.weight", "nodes.n_final_layer_norm.weight"),
+    )
+
+
+_LLAMA_7B: dict[str, Any] = {
+    "vocab_size": 32000,
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+}
+_LLAMA_PRESETS: dict[str, dict[str, Any]] = {
+    "llama-2-7b": {**_LLAMA_7B, "intermediate_size": 11008, "num_key_value_heads": 32, "rms_norm_eps": 1e-5},
+    "llama-3-8b": {
+        **_LLAMA_7B,
+        "vocab_size": 128256,
+        "intermediate_size": 14336,
+        "num_key_value_heads": 8,
+        "rope_theta": 500000.0,
+        "rms_norm_eps": 1e-5,
+    },
+    "llama-3.1-8b": {
+        **_LLAMA_7B,
+        "vocab_size": 128256,
+        "intermediate_size": 14336,
+        "num_key_value_heads": 8,
+        "rope_theta": 500000.0,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        "rms_norm_eps": 1e-5,
+    },
+}
+_MISTRAL_PRESETS = {
+    "mistral-7b": {
+        **_LLAMA_7B,
+        "intermediate_size": 14336,
+        "num_key_value_heads": 8,
+        "sliding_window": 4096,
+        "rms_norm_eps": 1e-5,
+    },
+}
+_BERT_PRESETS = {
+    "bert-base": {
+        "vocab_size": 30522,
+        "hidden_size": 768,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "intermediate_size": 3072,
+        "max_position_embeddings": 512,
+    },
+    "bert-large": {
+        "vocab_size": 30522,
+        "hidden_size": 1024,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "intermediate_size": 4096,
+        "max_position_embeddings": 512,
+    },
+}
+_WHISPER_PRESETS = {
+    "whisper-tiny": {
+        "num_mel_bins": 80,
+        "d_model": 384,
+        "encoder_layers": 4,
+        "encoder_attention_heads": 6,
+        "encoder_ffn_dim": 1536,
+        "max_source_positions": 1500,
+    },
+    "whisper-base": {
+        "num_mel_bins": 80,
+        "d_model": 512,
+        "encoder_layers": 6,
+        "encoder_attention_heads": 8,
+        "encoder_ffn_dim": 2048,
+        "max_source_positions": 1500,
+    },
+}
+_T5_PRESETS = {
+    "t5-small": {"vocab_size": 32128, "d_model": 512, "d_kv": 64, "d_ff": 2048, "num_layers": 6, "num_heads": 8},
+    "t5-base": {"vocab_size": 32128, "d_model": 768, "d_kv": 64, "d_ff": 3072, "num_layers": 12, "num_heads": 12},
+}
+
+
 ENTRIES: dict[str, Entry] = {
     e.name: e
     for e in (
@@ -148,6 +296,46 @@ ENTRIES: dict[str, Entry] = {
             "Seq2SeqTransformer() in tests/zoo/references.py (torch.nn.Transformer with embeddings and head)",
             6_561_768,
             _seq2seq_rules(),
+        ),
+        Entry(
+            "llama",
+            "transformers.LlamaForCausalLM(transformers.LlamaConfig(...)) at the spec's configuration",
+            125_248,
+            _decoder_rules(),
+            _LLAMA_PRESETS,
+            {"llama-2-7b": 6_738_415_616, "llama-3-8b": 8_030_261_248, "llama-3.1-8b": 8_030_261_248},
+        ),
+        Entry(
+            "mistral",
+            "transformers.MistralForCausalLM(transformers.MistralConfig(...)) at the spec's configuration",
+            125_248,
+            _decoder_rules(),
+            _MISTRAL_PRESETS,
+            {"mistral-7b": 7_241_732_096},
+        ),
+        Entry(
+            "bert",
+            "transformers.BertModel(transformers.BertConfig(...)) (with its pooler) at the spec's configuration",
+            91_840,
+            _bert_rules(),
+            _BERT_PRESETS,
+            {"bert-base": 109_482_240, "bert-large": 335_141_888},
+        ),
+        Entry(
+            "whisper_encoder",
+            "transformers.WhisperModel(transformers.WhisperConfig(...)).encoder at the spec's configuration",
+            83_968,
+            _whisper_encoder_rules(),
+            _WHISPER_PRESETS,
+            {"whisper-tiny": 8_208_384, "whisper-base": 20_590_592},
+        ),
+        Entry(
+            "t5_encoder",
+            "transformers.T5EncoderModel(transformers.T5Config(...)) at the spec's configuration",
+            82_368,
+            _t5_encoder_rules(),
+            _T5_PRESETS,
+            {"t5-small": 35_330_816, "t5-base": 109_628_544},
         ),
     )
 }

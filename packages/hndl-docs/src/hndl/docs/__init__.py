@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-__all__ = ["REFERENCE_DIR", "generate", "stale", "write", "main"]
+__all__ = ["CHECKOUT_MARKERS", "REFERENCE_DIR", "generate", "is_checkout", "main", "stale", "write"]
 
 #: Where the generated pages live, relative to the repository root. The generator owns this folder.
 REFERENCE_DIR = Path("docs") / "reference"
@@ -35,6 +35,17 @@ cli
 examples
 ```
 """
+
+
+#: What a checkout of hndl has, and a user's project almost never both: :func:`main` writes under the current
+#: directory only when it has them (or when ``--root`` names the folder on purpose).
+CHECKOUT_MARKERS = ("packages/hndl-docs/", "SPEC.md")
+
+
+def is_checkout(root: Path | str) -> bool:
+    """Whether ``root`` looks like a checkout of hndl (:data:`CHECKOUT_MARKERS`)."""
+    root = Path(root)
+    return (root / "packages" / "hndl-docs").is_dir() and (root / "SPEC.md").is_file()
 
 
 def generate(root: Path | str = ".") -> dict[str, str]:
@@ -127,9 +138,22 @@ def main(argv: list[str] | None = None) -> int:
         description="Regenerate hndl's reference docs under docs/reference/, or check that they are current.",
     )
     parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 if stale")
-    parser.add_argument("--root", default=".", help="the repository root (default: the current directory)")
+    parser.add_argument(
+        "--root",
+        default=None,
+        help="the folder whose docs/reference/ to generate (default: the current directory, which must then be "
+        "a checkout of hndl)",
+    )
     args = parser.parse_args(argv)
-    root = Path(args.root)
+    root = Path(args.root if args.root is not None else ".")
+    if args.root is None and not is_checkout(root):
+        # Run by accident in a project of one's own, it would rewrite (and delete files in) its docs/reference.
+        print(
+            f"hndl.docs: {root.resolve()} is not a checkout of hndl (it has no {' and no '.join(CHECKOUT_MARKERS)}); "
+            "this command regenerates hndl's own reference docs. To read about the ops, run `hndl ops`; to "
+            "generate into another folder on purpose, pass --root DIR"
+        )
+        return 2
     if not (root / "docs").is_dir():
         print(f"hndl.docs: {root.resolve()} has no docs/ folder; run from the repository root or pass --root")
         return 2

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import hndl
-from hndl import DTYPES, REQUIRED, OpDef, Param, Port, ShapePattern
+from hndl import DTYPES, OpDef, Param, Port, ShapePattern
 
 from ._text import HEADER, code, flow, indent, table
 
@@ -83,22 +83,13 @@ def op_page(o: OpDef) -> str:
 
 
 def _param_row(p: Param) -> list[str]:
-    if p.inferred:
-        default = "inferred" if p.default is REQUIRED else f"{flow(p.default)} (or inferred)"
-    elif p.default is REQUIRED:
-        default = "required"
-    else:
-        default = flow(p.default)
-    rules = []
-    if p.min is not None:
-        rules.append(f">= {_num(p.min)}")
-    if p.max is not None:
-        rules.append(f"<= {_num(p.max)}")
-    if p.choices is not None:
-        rules.append("one of " + ", ".join(flow(c) for c in p.choices))
-    if p.nullable:
-        rules.append("may be null")
-    return [code(p.name), f"`{p.type.name}`: {p.type.description}", default, "; ".join(rules) or "", p.doc]
+    return [
+        code(p.name),
+        f"`{p.type.name}`: {p.type.description}",
+        p.describe_default(),
+        p.describe_constraints(),
+        p.doc,
+    ]
 
 
 def _port_row(direction: str, p: Port) -> list[str]:
@@ -106,10 +97,6 @@ def _port_row(direction: str, p: Port) -> list[str]:
     name = code(p.name) + (" (one or more)" if p.variadic else "") + (" (optional)" if p.optional else "")
     name += f" (when {p.when})" if p.when is not None else ""
     return [name, direction, shape, code(p.dtype), p.doc]
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
 
 
 # --- the example -------------------------------------------------------------------------------------------

@@ -1,0 +1,497 @@
+"""The layers of the attention vocabulary: scaled dot-product attention with grouped key/value heads, rotary
+position embeddings, T5's relative position bias, attention masks, and the attention with separate or fused
+projections that puts them together.
+
+Each layer holds only its configuration (and, for rotary, the inverse frequencies it computes at build) and does
+tensor work in ``forward``. The attention layer's forward runs in three steps a key/value cache can later sit
+between: the projections (:meth:`Attention.project`), the rotation of queries and keys by their positions
+(:meth:`Attention.rotate`), and :func:`attend`.
+
+The arithmetic follows transformers' op for op where hndl's zoo reproduces it: the rotary tables are
+``positions * inv_freq`` then ``cos``/``sin`` of ``cat(freqs, freqs)``, applied as ``x * cos + rotate_half(x) *
+sin`` (LLaMA); the relative position buckets are T5's; the grouped key/value heads are repeated as
+``repeat_kv`` does, or left to SDPA's ``enable_gqa`` where there is no mask and the torch has it (2.5 and later).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+__all__ = [
+    "Attention",
+    "AttentionMask",
+    "RelativePositionBias",
+    "Rotary",
+    "SDPA",
+    "allowed_pattern",
+    "as_rank4",
+    "attend",
+    "rope_frequencies",
+]
+
+# SDPA takes enable_gqa from torch 2.5 on; hndl supports 2.4, where the key/value heads are repeated instead.
+_GQA_NATIVE = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
+
+
+def as_rank4(mask: Tensor) -> Tensor:
+    """A mask read as rank 4 against the scores ``[B, H, T, S]``: a padding mask ``[B, S]`` becomes
+    ``[B, 1, 1, S]`` and ``[B, T, S]`` becomes ``[B, 1, T, S]``. Below rank 4 a mask starts with the batch;
+    torch's right-aligned broadcasting would read ``[B, S]`` as ``[T, S]``, silently wrong when ``B == T``."""
+    if mask.dim() == 2:
+        return mask[:, None, None, :]
+    if mask.dim() == 3:
+        return mask[:, None]
+    if mask.dim() != 4:
+        raise ValueError(f"a mask has rank 2 [B, S], 3 [B, T, S] or 4, got shape {list(mask.shape)}")
+    return mask
+
+
+def allowed_pattern(t: int, s: int, window: int | None, device: torch.device) -> Tensor:
+    """``[t, s]`` bool, true where query ``i`` may see key ``j``: ``j <= i`` (causal, top-left aligned as
+    ``is_causal``), and with a window also ``j > i - window`` (the ``window`` latest keys, the query's own
+    included: Mistral's sliding window)."""
+    query = torch.arange(t, device=device)[:, None]
+    key = torch.arange(s, device=device)[None, :]
+    allowed = key <= query
+    if window is not None:
+        allowed = allowed & (key > query - window)
+    return allowed
+
+
+def _combine(
+    mask: Tensor | None,
+    bias: Tensor | None,
+    t: int,
+    s: int,
+    causal: bool,
+    window: int | None,
+    like: Tensor,
+) -> Tensor | None:
+    """One ``attn_mask`` for SDPA from a mask (bool: true attends; float: added), an additive score bias and the
+    causal or sliding-window pattern, on ``like``'s device (the queries'); ``None`` when there is nothing to
+    apply."""
+    pattern = allowed_pattern(t, s, window, like.device) if causal else None
+    if mask is not None:
+        mask = as_rank4(mask)
+    if bias is None:
+        if mask is None:
+            return pattern
+        if pattern is None:
+            return mask
+        return mask & pattern if mask.dtype == torch.bool else mask.masked_fill(~pattern, float("-inf"))
+    allowed = pattern
+    if mask is not None and mask.dtype == torch.bool:
+        allowed = mask if allowed is None else mask & allowed
+    elif mask is not None:
+        bias = bias + mask
+    if allowed is None:
+        return bias
+    # The dtype's lowest value, not -inf, as transformers does: a row with no allowed key stays finite.
+    return torch.where(allowed, bias, torch.finfo(like.dtype).min)
+
+
+def repeat_kv(x: Tensor, groups: int) -> Tensor:
+    """``[B, Hkv, S, D]`` -> ``[B, Hkv * groups, S, D]``, each key/value head repeated for its ``groups`` query
+    heads in turn (``repeat_interleave`` on dim 1, written as transformers' ``repeat_kv``)."""
+    b, heads, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, heads, groups, s, d).reshape(b, heads * groups, s, d)
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    bias: Tensor | None = None,
+    *,
+    causal: bool = False,
+    window: int | None = None,
+    scale: float | None = None,
+    dropout: float = 0.0,
+) -> Tensor:
+    """Scaled dot-product attention of ``q`` ``[B, H, T, D]`` over ``k`` ``[B, Hkv, S, D]`` and ``v``
+    ``[B, Hkv, S, Dv]`` (``Hkv`` divides ``H``), giving ``[B, H, T, Dv]``.
+
+    Args:
+        mask: bool (true: may attend) or float (added to the scores), ``[B, S]``, ``[B, T, S]`` or rank 4
+            (:func:`as_rank4`).
+        bias: a float added to the scores (T5's relative positions), broadcastable to ``[B, H, T, S]``.
+        causal: query ``i`` sees keys ``0..i`` only.
+        window: with ``causal``, only the ``window`` latest keys (:func:`allowed_pattern`).
+        scale: the factor on ``q @ k^T``; ``None`` is ``1/sqrt(D)``.
+        dropout: on the attention weights (the caller passes 0 in eval mode).
+    """
+    t, s = q.shape[2], k.shape[2]
+    groups = q.shape[1] // k.shape[1]
+    if mask is None and bias is None and window is None:
+        attn_mask, is_causal = None, causal
+    else:
+        attn_mask, is_causal = _combine(mask, bias, t, s, causal, window, q), False
+    if groups > 1:
+        if _GQA_NATIVE and attn_mask is None:
+            # Without a mask SDPA's own grouping keeps the fused kernels (a mask sends it to the math kernel).
+            return F.scaled_dot_product_attention(
+                q, k, v, dropout_p=dropout, is_causal=is_causal, scale=scale, enable_gqa=True
+            )
+        k, v = repeat_kv(k, groups), repeat_kv(v, groups)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout, is_causal=is_causal, scale=scale
+    )
+
+
+class SDPA(nn.Module):
+    """:func:`attend` as a layer (the ``sdpa`` op): ``forward(q, k, v, mask=None)``; dropout in training only."""
+
+    def __init__(
+        self, *, causal: bool = False, window: int | None = None, scale: float | None = None, dropout: float = 0.0
+    ) -> None:
+        super().__init__()
+        self.causal = causal
+        self.window = window
+        self.scale = scale
+        self.dropout = dropout
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+        return attend(
+            q,
+            k,
+            v,
+            mask,
+            causal=self.causal,
+            window=self.window,
+            scale=self.scale,
+            dropout=self.dropout if self.training else 0.0,
+        )
+
+    def extra_repr(self) -> str:
+        return f"causal={self.causal}, window={self.window}, scale={self.scale}, dropout={self.dropout}"
+
+
+# --- rotary position embeddings ---------------------------------------------------------------------------
+
+
+def rope_frequencies(dims: int, theta: float, scaling: Mapping[str, Any] | None = None) -> Tensor:
+    """RoPE's inverse frequencies ``1 / theta**(2i/dims)`` (``dims // 2`` of them, float32), as transformers
+    computes them, optionally scaled: ``linear`` divides them by ``factor``; ``llama3`` divides the low
+    frequencies by ``factor`` and blends the middle band (LLaMA 3.1's ``rope_scaling``)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dims, 2, dtype=torch.int64).to(dtype=torch.float) / dims))
+    kind = (scaling or {}).get("rope_type", "default")
+    if kind == "linear":
+        return inv_freq / scaling["factor"]  # type: ignore[index]
+    if kind != "llama3":
+        return inv_freq
+    assert scaling is not None
+    factor = scaling["factor"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_context = scaling["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old_context / low, old_context / high
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_context / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+class Rotary(nn.Module):
+    """Rotary position embeddings on ``[..., T, D]`` (queries or keys, ``[B, H, T, D]``).
+
+    The first ``dims`` channels (all ``D`` by default; partial rotary with fewer) are rotated by angles
+    ``position * inv_freq``; the rest pass through. ``inv_freq`` is a non-persistent buffer computed at build
+    (so a state_dict has no key for it, as transformers' has none) and kept float32 through conversions.
+    Layouts: the half rotation of LLaMA and GPT-NeoX (channel ``i`` pairs with ``i + dims/2``), or with
+    ``interleaved`` GPT-J's (channel ``2i`` pairs with ``2i+1``).
+
+    ``forward(x, positions=None)``: ``positions`` is an integer offset (0-d: positions ``offset .. offset+T-1``,
+    for decoding after a cache), position ids ``[T]``, or per-batch position ids ``[B, T]``; without it,
+    ``0 .. T-1``.
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        *,
+        dims: int | None = None,
+        theta: float = 10000.0,
+        scaling: Mapping[str, Any] | None = None,
+        interleaved: bool = False,
+    ) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.dims = head_dim if dims is None else dims
+        if self.dims % 2 or not 0 < self.dims <= head_dim:
+            raise ValueError(f"rotary dims {self.dims} must be even and at most the head dim {head_dim}")
+        self.theta = theta
+        self.scaling = dict(scaling) if scaling else None
+        self.interleaved = interleaved
+        self.inv_freq: Tensor
+        self.register_buffer("inv_freq", rope_frequencies(self.dims, theta, self.scaling), persistent=False)
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        # A conversion (.half(), .double()) would round the frequencies; positions times a rounded frequency drift
+        # by whole radians at long contexts. Recomputed in float32 on the buffer's new device instead.
+        result = super()._apply(fn, *args, **kwargs)
+        if self.inv_freq.dtype != torch.float32:
+            fresh = rope_frequencies(self.dims, self.theta, self.scaling)
+            self.inv_freq = fresh.to(self.inv_freq.device)
+        return result
+
+    def tables(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``cos`` and ``sin`` for integer ``positions`` (``[T]`` or ``[B, T]``), ``[..., T, dims]`` in ``dtype``."""
+        freqs = positions[..., None].float() * self.inv_freq.float()
+        if self.interleaved:
+            emb = torch.repeat_interleave(freqs, 2, dim=-1)
+        else:
+            emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    def positions_for(self, x: Tensor, positions: Tensor | None) -> Tensor:
+        """The position of each of ``x``'s ``T`` rows (see the class docstring for the forms of ``positions``)."""
+        t = x.shape[-2]
+        if positions is None:
+            return torch.arange(t, device=x.device)
+        if positions.dim() == 0:
+            return torch.arange(t, device=x.device) + positions
+        return positions
+
+    def rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """``x`` rotated by the tables; ``[B, T, dims]`` tables are aligned with ``[B, H, T, D]`` by a head dim."""
+        if cos.dim() == 3 and x.dim() == 4:
+            cos, sin = cos[:, None], sin[:, None]
+        if self.dims == x.shape[-1]:
+            return x * cos + self._turn(x) * sin
+        rot, rest = x[..., : self.dims], x[..., self.dims :]
+        return torch.cat((rot * cos + self._turn(rot) * sin, rest), dim=-1)
+
+    def _turn(self, x: Tensor) -> Tensor:
+        if self.interleaved:
+            return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+        half = x.shape[-1] // 2
+        return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        cos, sin = self.tables(self.positions_for(x, positions), x.dtype)
+        return self.rotate(x, cos, sin)
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_dim={self.head_dim}, dims={self.dims}, theta={self.theta}, scaling={self.scaling}, "
+            f"interleaved={self.interleaved}"
+        )
+
+
+# --- relative position bias (T5) --------------------------------------------------------------------------
+
+
+def relative_buckets(relative: Tensor, *, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
+    """T5's bucket of each relative position ``key - query``: exact buckets for small distances, logarithmically
+    wider ones up to ``max_distance``, beyond it the last; bidirectional halves the buckets by sign, otherwise
+    keys after the query share bucket 0."""
+    buckets = torch.zeros_like(relative)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (relative > 0).to(torch.long) * num_buckets
+        relative = torch.abs(relative)
+    else:
+        relative = -torch.min(relative, torch.zeros_like(relative))
+    exact = num_buckets // 2
+    small = relative < exact
+    large = exact + (torch.log(relative.float() / exact) / math.log(max_distance / exact) * (num_buckets - exact)).to(
+        torch.long
+    )
+    large = torch.min(large, torch.full_like(large, num_buckets - 1))
+    return buckets + torch.where(small, relative, large)
+
+
+class RelativePositionBias(nn.Module):
+    """T5's relative position bias: ``[1, num_heads, T, S]`` from a learned ``weight`` ``[num_buckets,
+    num_heads]``, one value per head for each bucket of ``key - query`` (:func:`relative_buckets`).
+
+    ``forward(x, kv=None)`` reads ``T`` from ``x`` ``[B, T, ...]`` and ``S`` from ``kv`` (``x`` again without it).
+    """
+
+    def __init__(self, num_heads: int, *, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True):
+        super().__init__()
+        self.num_heads = num_heads
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.bidirectional = bidirectional
+        self.weight = nn.Parameter(torch.empty(num_buckets, num_heads))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.weight)  # as torch.nn.Embedding; T5 checkpoints bring their own
+
+    def forward(self, x: Tensor, kv: Tensor | None = None) -> Tensor:
+        t = x.shape[1]
+        s = t if kv is None else kv.shape[1]
+        query = torch.arange(t, dtype=torch.long, device=self.weight.device)[:, None]
+        key = torch.arange(s, dtype=torch.long, device=self.weight.device)[None, :]
+        buckets = relative_buckets(
+            key - query, bidirectional=self.bidirectional, num_buckets=self.num_buckets, max_distance=self.max_distance
+        )
+        return F.embedding(buckets, self.weight).permute([2, 0, 1]).unsqueeze(0)
+
+    def extra_repr(self) -> str:
+        return (
+            f"num_heads={self.num_heads}, num_buckets={self.num_buckets}, max_distance={self.max_distance}, "
+            f"bidirectional={self.bidirectional}"
+        )
+
+
+class AttentionMask(nn.Module):
+    """A padding mask ``[B, S]`` (bool, true: a real token) as the rank-4 bool mask ``[B, 1, S, S]`` of
+    self-attention, with the causal or sliding-window pattern folded in: made once, shared by every layer."""
+
+    def __init__(self, *, causal: bool = False, window: int | None = None) -> None:
+        super().__init__()
+        self.causal = causal
+        self.window = window
+
+    def forward(self, padding: Tensor) -> Tensor:
+        s = padding.shape[1]
+        mask = padding[:, None, None, :].expand(-1, 1, s, s)
+        if self.causal:
+            mask = mask & allowed_pattern(s, s, self.window, padding.device)
+        return mask
+
+    def extra_repr(self) -> str:
+        return f"causal={self.causal}, window={self.window}"
+
+
+# --- attention with its projections ----------------------------------------------------------------------
+
+#: The projections of :class:`Attention`, in the order a ``bias`` list names them.
+PROJECTIONS = ("q", "k", "v", "o")
+
+
+class Attention(nn.Module):
+    """Multi-head attention on ``[B, T, D]`` with ``kv_heads`` key/value heads (grouped-query attention when
+    fewer than ``num_heads``), heads of ``head_dim``, optional rotary embeddings, and a scale, causal or
+    sliding-window pattern, mask and score bias as :func:`attend` takes them.
+
+    Projections, ``fused=False``: ``q_proj`` (``D -> num_heads*head_dim``), ``k_proj`` and ``v_proj``
+    (``E -> kv_heads*head_dim``, ``E`` the keys' width: ``D`` in self-attention), ``o_proj`` back to ``D``: the
+    layout of LLaMA, Mistral and Whisper. ``fused=True``: ``qkv`` (queries, keys, values stacked) and ``proj``, the
+    GPT-2 layout; in cross-attention ``q`` on ``x`` and ``kv`` (keys then values) on the second input. ``bias``
+    names the projections with a bias (Whisper's ``k_proj`` has none).
+
+    ``forward(x, *inputs)`` takes, in order and as built: the keys' and values' input ``[B, S, E]``
+    (cross-attention), the mask, the score bias.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        kv_heads: int | None = None,
+        head_dim: int | None = None,
+        kdim: int | None = None,
+        fused: bool = False,
+        bias: Sequence[str] = PROJECTIONS,
+        scale: float | None = None,
+        causal: bool = False,
+        window: int | None = None,
+        dropout: float = 0.0,
+        rope: Mapping[str, Any] | None = None,
+        masked: bool = False,
+        score_bias: bool = False,
+    ) -> None:
+        super().__init__()
+        kv_heads = num_heads if kv_heads is None else kv_heads
+        head_dim = embed_dim // num_heads if head_dim is None else head_dim
+        if num_heads % kv_heads:
+            raise ValueError(f"kv_heads {kv_heads} does not divide num_heads {num_heads}")
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.kv_heads = kv_heads
+        self.head_dim = head_dim
+        self.cross = kdim is not None
+        self.fused = fused
+        self.scale = scale
+        self.causal = causal
+        self.window = window
+        self.dropout = dropout
+        self.masked = masked
+        self.score_bias = score_bias
+        width = embed_dim if kdim is None else kdim
+        q_out, kv_out = num_heads * head_dim, kv_heads * head_dim
+        has = {name: name in bias for name in PROJECTIONS}
+        if fused and not self.cross:
+            self.qkv = nn.Linear(embed_dim, q_out + 2 * kv_out, bias=has["q"])
+        elif fused:
+            self.q = nn.Linear(embed_dim, q_out, bias=has["q"])
+            self.kv = nn.Linear(width, 2 * kv_out, bias=has["k"])
+        else:
+            self.q_proj = nn.Linear(embed_dim, q_out, bias=has["q"])
+            self.k_proj = nn.Linear(width, kv_out, bias=has["k"])
+            self.v_proj = nn.Linear(width, kv_out, bias=has["v"])
+        out = nn.Linear(q_out, embed_dim, bias=has["o"])
+        if fused:
+            self.proj = out
+        else:
+            self.o_proj = out
+        self.rotary = None if rope is None else Rotary(head_dim, **rope)
+
+    def project(self, x: Tensor, source: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries ``[B, num_heads, T, head_dim]`` from ``x``, keys and values ``[B, kv_heads, S, head_dim]`` from
+        ``source`` (``x`` itself in self-attention)."""
+        b, t = x.shape[0], x.shape[1]
+        s = source.shape[1]
+        hd = self.head_dim
+        if self.fused and not self.cross:
+            q_out, kv_out = self.num_heads * hd, self.kv_heads * hd
+            q, k, v = self.qkv(x).split([q_out, kv_out, kv_out], dim=2)
+        elif self.fused:
+            q = self.q(x)
+            k, v = self.kv(source).split(self.kv_heads * hd, dim=2)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(source), self.v_proj(source)
+        q = q.view(b, t, -1, hd).transpose(1, 2)
+        k = k.view(b, s, -1, hd).transpose(1, 2)
+        v = v.view(b, s, -1, hd).transpose(1, 2)
+        return q, k, v
+
+    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Queries and keys rotated by their positions ``0 .. T-1`` and ``0 .. S-1`` (one table when equal)."""
+        if self.rotary is None:
+            return q, k
+        cos, sin = self.rotary.tables(self.rotary.positions_for(q, None), q.dtype)
+        q = self.rotary.rotate(q, cos, sin)
+        if k.shape[2] != q.shape[2]:
+            cos, sin = self.rotary.tables(self.rotary.positions_for(k, None), k.dtype)
+        return q, self.rotary.rotate(k, cos, sin)
+
+    def forward(self, x: Tensor, *inputs: Tensor) -> Tensor:
+        source = inputs[0] if self.cross else x
+        mask = inputs[int(self.cross)] if self.masked else None
+        bias = inputs[-1] if self.score_bias else None
+        q, k, v = self.project(x, source)
+        q, k = self.rotate(q, k)
+        y = attend(
+            q,
+            k,
+            v,
+            mask,
+            bias,
+            causal=self.causal,
+            window=self.window,
+            scale=self.scale,
+            dropout=self.dropout if self.training else 0.0,
+        )
+        y = y.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.num_heads * self.head_dim)
+        return (self.proj if self.fused else self.o_proj)(y)
+
+    def extra_repr(self) -> str:
+        return (
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kv_heads={self.kv_heads}, "
+            f"head_dim={self.head_dim}, fused={self.fused}, scale={self.scale}, causal={self.causal}, "
+            f"window={self.window}, dropout={self.dropout}"
+        )
