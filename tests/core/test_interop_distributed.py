@@ -75,6 +75,17 @@ def spawn(scenario: str, tmp_path: Path, timeout_s: float = TIMEOUT_S) -> list[d
     return results
 
 
+@pytest.fixture(scope="module")
+def fsdp2(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Skip where this torch's FSDP2 does not run on CPU with gloo (missing, or broken there in some releases):
+    a plain nn.Linear, sharded on two ranks, takes one step first."""
+    try:
+        spawn("fsdp_probe", tmp_path_factory.mktemp("probe"), timeout_s=120)
+    except (AssertionError, pytest.fail.Exception) as exc:
+        last = [line for line in str(exc).splitlines() if line.strip()][-1]
+        pytest.skip(f"torch {torch.__version__}'s FSDP2 does not run on CPU with gloo here: {last.strip()[:200]}")
+
+
 def single_process_losses() -> list[float]:
     x, y = dist_worker.data()
     return dist_worker.train(dist_worker.make_model(), x, y, world=1)
@@ -94,17 +105,17 @@ def test_ddp_trains_like_one_process_and_checkpoints_with_dcp(tmp_path):
     check_training(spawn("ddp", tmp_path))
 
 
-def test_fsdp2_fully_shard_per_node_and_root(tmp_path):
+def test_fsdp2_fully_shard_per_node_and_root(tmp_path, fsdp2):
     # FSDP2 swaps each sharded module's class (FSDPGraphModule, FSDPLinear) and swaps unsharded parameters in
     # through _parameters writes: neither is a false E_RUNTIME, and each rank validates once in all its steps.
     check_training(spawn("fsdp_per_node", tmp_path))
 
 
-def test_fsdp2_fully_shard_root_only(tmp_path):
+def test_fsdp2_fully_shard_root_only(tmp_path, fsdp2):
     check_training(spawn("fsdp_root", tmp_path))
 
 
-def test_fsdp2_bf16_mixed_precision_trains_like_the_hand_written_model_under_the_same_policy(tmp_path):
+def test_fsdp2_bf16_mixed_precision_trains_like_the_hand_written_model_under_the_same_policy(tmp_path, fsdp2):
     # The usual LLM recipe: MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32). FSDP registers the
     # unsharded parameters in bf16 while a unit runs and casts its inputs: not a change to the build.
     for rank, result in enumerate(spawn("fsdp_mixed", tmp_path)):
@@ -117,7 +128,7 @@ def test_fsdp2_bf16_mixed_precision_trains_like_the_hand_written_model_under_the
         assert "'nodes.n_out.bias' was removed" in result["edit"]
 
 
-def test_fsdp2_per_block_with_bf16_mixed_precision_through_shard_units_and_dcp_of_model_and_optimizer(tmp_path):
+def test_fsdp2_per_block_with_bf16_mixed_precision_through_shard_units_and_dcp_of_model_and_optimizer(tmp_path, fsdp2):
     # A repeated subgraph's repetitions are modules with a forward: fully_shard(block) hooks its calls.
     for rank, result in enumerate(spawn("fsdp_blocks", tmp_path)):
         assert result["units"] == ["Block", "Block", "Block", "GraphModule"], f"rank {rank}"
@@ -130,7 +141,7 @@ def test_fsdp2_per_block_with_bf16_mixed_precision_through_shard_units_and_dcp_o
         assert result["fresh_runs"]
 
 
-def test_fsdp2_shards_zoo_gpt2_by_its_units_keeping_the_tied_head_in_the_root(tmp_path):
+def test_fsdp2_shards_zoo_gpt2_by_its_units_keeping_the_tied_head_in_the_root(tmp_path, fsdp2):
     for rank, result in enumerate(spawn("fsdp_gpt2", tmp_path)):
         assert result["units"] == ["nodes.n_h.0", "nodes.n_h.1", ""], f"rank {rank}"
         assert result["tied"]
@@ -146,6 +157,9 @@ def _whole_batch_losses() -> list[float]:
 @pytest.mark.parametrize("schedule", ["ScheduleGPipe", "Schedule1F1B"])
 def test_a_two_stage_pipeline_cut_from_the_graph_trains_like_one_process(tmp_path, schedule):
     pytest.importorskip("torch.distributed.pipelining")
+    version = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    if schedule == "Schedule1F1B" and version < (2, 5):
+        pytest.skip("torch 2.4's Schedule1F1B deadlocks on CPU with gloo (seen on 2.4.1; GPipe runs)")
     reference = _whole_batch_losses()
     results = spawn(f"pipeline_{schedule}", tmp_path)
     assert results[0]["first"] == "stem"

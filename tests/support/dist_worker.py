@@ -8,6 +8,7 @@ instead of ``destroy_process_group``: with torch 2.13 gloo's teardown sometimes 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
@@ -23,6 +24,25 @@ import hndl
 STEPS = 4
 GLOBAL_BATCH = 8
 LR = 0.1
+
+
+def fsdp_api() -> tuple[Any, Any]:
+    """FSDP2's ``fully_shard`` and ``MixedPrecisionPolicy``: public in ``torch.distributed.fsdp`` since torch 2.6,
+    in ``torch.distributed._composable.fsdp`` before."""
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    except ImportError:
+        from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard  # type: ignore[no-redef]
+    return fully_shard, MixedPrecisionPolicy
+
+
+def fsdp_probe(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str) -> dict[str, Any]:
+    """Whether this torch's FSDP2 runs at all here (CPU, gloo): a plain nn.Linear sharded, one step."""
+    fully_shard, _ = fsdp_api()
+    layer = torch.nn.Linear(6, 3)
+    fully_shard(layer)
+    torch.nn.functional.mse_loss(layer(x), y).backward()
+    return {"ok": True}
 
 
 def make_model() -> hndl.GraphModule:
@@ -94,7 +114,8 @@ def ddp(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str) -> di
 def fsdp(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str, per_node: bool) -> dict[str, Any]:
     from torch.distributed import checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
-    from torch.distributed.fsdp import fully_shard
+
+    fully_shard, _ = fsdp_api()
 
     model = make_model()
     if per_node:
@@ -141,7 +162,7 @@ def twin(model: hndl.GraphModule) -> torch.nn.Module:
 def fsdp_mixed(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str) -> dict[str, Any]:
     """FSDP2 with bf16 parameters and fp32 reductions (the usual LLM recipe), per layer and at the root, beside the
     hand-written twin sharded the same way; then a real edit under FSDP is still caught."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    fully_shard, MixedPrecisionPolicy = fsdp_api()
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     model = make_model()
@@ -218,7 +239,8 @@ def fsdp_blocks(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: st
     per block the same way; then DCP saves and loads the sharded model and its optimizer."""
     from torch.distributed import checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    fully_shard, MixedPrecisionPolicy = fsdp_api()
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     model = make_blocks_model()
@@ -271,7 +293,7 @@ def fsdp_blocks(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: st
 def fsdp_gpt2(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str) -> dict[str, Any]:
     """zoo:gpt2 (a tiny configuration) sharded by its own units: the tied wte/lm_head pair stays in the root
     unit, so FSDP2 accepts it; the losses follow the unsharded model's."""
-    from torch.distributed.fsdp import fully_shard
+    fully_shard, _ = fsdp_api()
 
     config = dict(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16, dropout=0.0)
 
@@ -335,12 +357,14 @@ def pipeline(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str, 
     )
 
     def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        # The mean over a microbatch; the schedule divides the summed gradients by the number of microbatches
-        # (scale_grads), which makes them the whole batch's mean's.
-        return torch.nn.functional.mse_loss(output, target)
+        # A microbatch's share of the whole batch's mean: the gradients the schedule sums are the whole batch's.
+        return torch.nn.functional.mse_loss(output, target) / microbatches
 
     schedule_class = getattr(pipelining, schedule_name)
-    schedule = schedule_class(pipe, n_microbatches=microbatches, loss_fn=loss_fn)
+    # Since torch 2.6 a schedule divides the summed gradients by the number of microbatches unless told not to;
+    # before, it summed them. The loss above is scaled for summing.
+    extra = {"scale_grads": False} if "scale_grads" in inspect.signature(schedule_class).parameters else {}
+    schedule = schedule_class(pipe, n_microbatches=microbatches, loss_fn=loss_fn, **extra)
     optimizer = torch.optim.SGD(stage.parameters(), lr=LR)
     losses: list[float] = []
     for _ in range(STEPS):
@@ -351,7 +375,7 @@ def pipeline(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str, 
         else:
             schedule.step(target=y, losses=step_losses)
         optimizer.step()
-        total = torch.tensor(float(sum(float(v) for v in step_losses)) / microbatches)
+        total = torch.tensor(float(sum(float(v) for v in step_losses)))
         dist.broadcast(total, src=world - 1)
         losses.append(float(total))
     return {"losses": losses, "stage_keys": sorted(stage.state_dict())[:2], "first": stage.first}
@@ -370,6 +394,8 @@ def main() -> None:
     try:
         if scenario == "ddp":
             result = ddp(rank, world, x, y, out)
+        elif scenario == "fsdp_probe":
+            result = fsdp_probe(rank, world, x, y, out)
         elif scenario == "fsdp_mixed":
             result = fsdp_mixed(rank, world, x, y, out)
         elif scenario == "fsdp_blocks":
