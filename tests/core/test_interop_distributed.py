@@ -170,6 +170,66 @@ def test_a_two_stage_pipeline_cut_from_the_graph_trains_like_one_process(tmp_pat
         assert result["losses"] == pytest.approx(reference, rel=1e-5), f"rank {rank}"
 
 
+def test_tensor_parallel_with_the_plan_from_the_graph_and_local_outputs(tmp_path):
+    pytest.importorskip("torch.distributed.tensor.parallel")
+    reference = _whole_batch_losses()
+    for rank, result in enumerate(spawn("tensor_parallel", tmp_path)):
+        assert result["plan"][:2] == ["nodes.n_blocks.0.n_down", "nodes.n_blocks.0.n_up"]
+        # The row-parallel linear sums partial products across ranks: equal to float32 rounding.
+        assert result["losses"] == pytest.approx(reference, rel=1e-5), f"rank {rank}"
+        assert result["validations"] == 1  # the local [B, 16/2] shards pass as the logical [B, 16]
+        assert result["wrong_width"] == "E_INPUT"
+        assert result["llama_losses"] == pytest.approx(result["llama_reference"], rel=1e-5), f"rank {rank}"
+        assert result["llama_validations"] == 1
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scale"
+
+
+def run_example(name: str, tmp_path: Path, timeout_s: float = TIMEOUT_S) -> str:
+    """``torchrun --nproc-per-node 2 examples/scale/<name>.py`` as docs/training-at-scale.md shows it; its
+    output, or a failure with it."""
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(WORLD),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        str(EXAMPLES / f"{name}.py"),
+    ]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=tmp_path)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{name}.py did not finish within {timeout_s}s:\n{exc.stdout}\n{exc.stderr}")
+    if done.returncode != 0:
+        pytest.fail(f"{name}.py exited {done.returncode}:\n{done.stdout}\n{done.stderr[-4000:]}")
+    return done.stdout
+
+
+def test_the_fsdp2_recipe_runs_as_written(tmp_path, fsdp2):
+    out = run_example("fsdp2", tmp_path)
+    assert "step 2: loss" in out
+    assert "validations 1" in out
+
+
+def test_the_tensor_parallel_recipe_runs_as_written(tmp_path):
+    pytest.importorskip("torch.distributed.tensor.parallel")
+    out = run_example("tensor_parallel", tmp_path)
+    assert "step 2: loss" in out
+    assert "validations 1" in out
+
+
+def test_the_pipeline_recipe_runs_as_written(tmp_path):
+    pytest.importorskip("torch.distributed.pipelining")
+    out = run_example("pipeline", tmp_path)
+    assert "step 2: stage 1" in out
+
+
 def test_a_hung_rank_becomes_a_failure_with_every_ranks_output(tmp_path):
     with pytest.raises(pytest.fail.Exception) as err:
         spawn("hang", tmp_path, timeout_s=15)

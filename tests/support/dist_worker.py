@@ -381,6 +381,57 @@ def pipeline(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str, 
     return {"losses": losses, "stage_keys": sorted(stage.state_dict())[:2], "first": stage.first}
 
 
+def tensor_parallel(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str) -> dict[str, Any]:
+    """The MLP blocks and a small LLaMA (attention with separate projections, SwiGLU) parallelized with the plan
+    hndl derives from the graph and torch's default local outputs: every rank sees the whole batch; the
+    reference is the same model in one process."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    mesh = init_device_mesh("cpu", (world,))
+    x, y = data()
+    model = make_blocks_model()
+    plan = model.tensor_parallel_plan(world)
+    parallelize_module(model, mesh, plan)
+    result: dict[str, Any] = {"plan": sorted(plan), "losses": train(model, x, y, world=1)}
+    result["validations"] = model.validations
+    result["wrong_width"] = wrong_width_code(model)
+
+    config = dict(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+
+    def make_llama() -> hndl.GraphModule:
+        torch.manual_seed(0)
+        return hndl.build(hndl.zoo.get("llama", **config))
+
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(3))
+
+    def steps(lm: torch.nn.Module) -> list[float]:
+        optimizer = torch.optim.SGD(lm.parameters(), lr=LR)
+        losses = []
+        for _ in range(3):
+            optimizer.zero_grad()
+            logits = lm(ids, torch.ones(ids.shape, dtype=torch.bool))
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 64), ids[:, 1:].reshape(-1))
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss))
+        return losses
+
+    result["llama_reference"] = steps(make_llama())
+    llama = make_llama()
+    parallelize_module(llama, mesh, llama.tensor_parallel_plan(world))
+    result["llama_losses"] = steps(llama)
+    result["llama_validations"] = llama.validations
+    return result
+
+
 def main() -> None:
     scenario, rank, world, port, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     if scenario == "hang":  # stands in for a hung teardown: the test's timeout must turn it into a failure
@@ -402,6 +453,8 @@ def main() -> None:
             result = fsdp_blocks(rank, world, x, y, out)
         elif scenario == "fsdp_gpt2":
             result = fsdp_gpt2(rank, world, x, y, out)
+        elif scenario == "tensor_parallel":
+            result = tensor_parallel(rank, world, x, y, out)
         elif scenario.startswith("pipeline_"):
             result = pipeline(rank, world, x, y, out, scenario.removeprefix("pipeline_"))
         else:
