@@ -29,8 +29,8 @@ class Report(Protocol):
 
 
 def active_ports(opdef: OpDef, params: Mapping[str, Any]) -> list[Port]:
-    """``opdef``'s input ports that exist for these parameters (a port with ``when`` needs its flag set)."""
-    return [p for p in opdef.inputs if p.when is None or params.get(p.when) is True]
+    """``opdef``'s input ports that take a value under these parameters (:meth:`OpDef.active_inputs`)."""
+    return opdef.active_inputs(params)
 
 
 def bind_ports(opdef: OpDef, in_types: Sequence[TensorType], params: Mapping[str, Any]) -> BoundPorts | None:
@@ -257,6 +257,8 @@ def _dtype_hint(port: Port, t: TensorType) -> str | None:
     """The likely fix for a dtype mismatch: declare the graph input's dtype (a tensor's dtype starts there)."""
     if port.dtype in ("int", "int64"):
         return "declare the input's dtype, e.g. dtype: int64"
+    if port.dtype == "bool":
+        return "make it with a comparison ({op: ne, in: x, b: 0}) or convert it: {op: cast, dtype: bool}"
     if port.dtype.startswith("same:"):
         return "give both the same dtype: declare it on the graph inputs they come from, e.g. dtype: float32"
     if port.dtype.startswith("float") and not t.dtype.startswith("float"):

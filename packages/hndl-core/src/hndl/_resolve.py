@@ -75,7 +75,7 @@ def resolve_op(node: Node, qualname: str, problems: ProblemList) -> OpDef | None
             f"unknown op {excerpt(node.op)}",
             node=qualname,
             location=node.where("op"),
-            hint=suggestion(node.op, registry.names()) or "see `python -m hndl.docs` for the ops",
+            hint=registry.unknown_op_hint(node.op) or "see `python -m hndl.docs` for the ops",
         )
     return opdef
 

@@ -510,8 +510,25 @@ class _SpecBuilder:
                 op=named_op,
             )
             return
+        otherwise = fields.get("otherwise")
+        if otherwise is not None and not isinstance(otherwise.value, str):
+            self.add(
+                "E_SPEC",
+                f"'otherwise' must name one of the node's inputs, got {describe(otherwise.value)}",
+                otherwise.loc,
+                node=name,
+                op=named_op,
+            )
+            return
         try:
-            graph.add(named_op, refs, name=name, tie=tie, when=True if when is None else when.value)
+            graph.add(
+                named_op,
+                refs,
+                name=name,
+                tie=tie,
+                when=True if when is None else when.value,
+                otherwise=None if otherwise is None else otherwise.value,
+            )
         except HndlError as exc:
             for p in exc.problems:
                 self.add(p.code, p.message, loc, node=name, hint=p.hint)

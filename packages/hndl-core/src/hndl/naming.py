@@ -1,7 +1,7 @@
 """How hndl names things in messages: dtype names, did-you-mean suggestions, and values shown safely.
 
 Public so that hndl-func and hndl-docs word their messages exactly as hndl-core does; every suggestion in hndl
-goes through :func:`closest`, so all of them use one cutoff. A spec may be untrusted and a message is read in a
+goes through :func:`closest`, so all of them follow one rule. A spec may be untrusted and a message is read in a
 terminal or a log, so a value is echoed through :func:`excerpt` (short, ``repr``-escaped) and text shown as it
 is through :func:`printable` (control characters escaped); :class:`hndl.HndlError` applies ``printable`` to
 every field it renders.
@@ -9,21 +9,89 @@ every field it renders.
 
 from __future__ import annotations
 
-import difflib
+import re
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["EXCERPT_LIMIT", "SUGGESTION_CUTOFF", "closest", "dtype_name", "excerpt", "printable", "suggestion"]
+__all__ = [
+    "EXCERPT_LIMIT",
+    "SPELLING_EDITS",
+    "closest",
+    "dtype_name",
+    "excerpt",
+    "normal_name",
+    "printable",
+    "suggestion",
+]
 
-#: How similar (difflib ratio) a known name must be to an unknown one to be offered as "did you mean".
-SUGGESTION_CUTOFF = 0.6
+#: How many edits (a letter added, dropped, changed, or two neighbours swapped) turn a misspelt name into the
+#: one offered: one for names shorter than :data:`LONG_NAME` characters, two for longer ones. Case and the
+#: separators ``_ - .`` and spaces are not counted (:func:`normal_name`).
+SPELLING_EDITS = (1, 2)
+#: From this many characters (separators not counted) a name may be two edits away from the one offered.
+LONG_NAME = 8
+_SEPARATORS = re.compile(r"[\s_.\-]+")
+_NUMBERS = re.compile(r"\d+")
+
+
+def normal_name(name: object) -> str:
+    """``name`` as spelling compares it: lower case, without ``_``, ``-``, ``.`` and spaces (``Layer_Norm``
+    and ``layernorm`` are one spelling)."""
+    return _SEPARATORS.sub("", str(name)).casefold()
 
 
 def closest(name: object, choices: Iterable[object]) -> str | None:
-    """The known name closest to ``name`` (an unknown key, op, reference), or None if none is close."""
-    text = str(name)
-    close = difflib.get_close_matches(text, [str(c) for c in choices], n=1, cutoff=SUGGESTION_CUTOFF)
-    return close[0] if close else None
+    """The known name that ``name`` (an unknown key, op, reference) is a misspelling of, or None.
+
+    A suggestion fixes spelling only; it never changes what was meant. So a choice is offered when
+
+    - it has the same numbers, in the same order (``conv3d`` is not a misspelt ``conv2d``, ``layer_norm2d`` not
+      a misspelt ``layernorm``, ``relu6`` not ``relu``);
+    - it is at most one edit away (two for names of :data:`LONG_NAME` characters or more), case and separators
+      aside: a whole word added, dropped or swapped is more than that (``hardsigmoid`` is not a misspelt
+      ``sigmoid``, nor ``drop_path`` a misspelt ``dropout``, nor ``maxpool`` ``avgpool``);
+    - no other choice is as close: between ``pelu``'s neighbours ``relu``, ``gelu``, ``elu`` and ``prelu`` there
+      is no telling which was meant, so none is offered.
+    """
+    wanted = normal_name(name)
+    if not wanted:
+        return None
+    numbers = _NUMBERS.findall(wanted)
+    allowed = SPELLING_EDITS[len(wanted) >= LONG_NAME]
+    best: list[tuple[int, str, str]] = []
+    for choice in choices:
+        text = str(choice)
+        known = normal_name(text)
+        if abs(len(known) - len(wanted)) > allowed or _NUMBERS.findall(known) != numbers:
+            continue
+        edits = _edits(wanted, known, allowed)
+        if edits <= allowed:
+            best.append((edits, known, text))
+    if not best:
+        return None
+    fewest = min(e for e, _, _ in best)
+    found = {known: text for e, known, text in best if e == fewest}
+    return next(iter(found.values())) if len(found) == 1 else None
+
+
+def _edits(a: str, b: str, limit: int) -> int:
+    """The edit distance of ``a`` and ``b`` (insertions, deletions, substitutions and swaps of neighbours,
+    each counted once), or ``limit + 1`` as soon as it is known to exceed ``limit``."""
+    if a == b:
+        return 0
+    before: list[int] | None = None
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        row = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cost = 0 if ca == cb else 1
+            row[j] = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + cost)
+            if before is not None and i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                row[j] = min(row[j], before[j - 2] + 1)
+        if min(row) > limit:
+            return limit + 1
+        before, previous = previous, row
+    return previous[-1]
 
 
 def suggestion(name: object, choices: Iterable[object]) -> str | None:
