@@ -95,10 +95,19 @@ def test_a_bad_override_value_is_reported_by_the_checker_at_the_spec_line():
 
 def test_an_unknown_entry_is_e_spec_with_a_did_you_mean():
     with pytest.raises(hndl.HndlError) as info:
-        hndl.load("zoo:resnet19")
+        hndl.load("zoo:resnte18")
     assert info.value.code == "E_SPEC"
-    assert info.value.problems[0].message == "the zoo has no entry 'resnet19'"
+    assert info.value.problems[0].message == "the zoo has no entry 'resnte18'"
     assert info.value.problems[0].hint == "did you mean 'resnet18'?"
+
+
+def test_another_depth_is_not_offered_as_a_spelling_fix():
+    # resnet19 is no misspelt resnet18: another number is another model (hndl.naming.closest).
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.load("zoo:resnet19")
+    assert info.value.problems[0].message == "the zoo has no entry 'resnet19'"
+    assert info.value.problems[0].hint is None
+    assert "resnet18" in info.value.problems[0].expected
 
 
 def test_spec_files_are_in_a_regular_wheel(tmp_path):

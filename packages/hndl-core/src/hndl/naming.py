@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "EXCERPT_LIMIT",
+    "SHORT_WORD",
     "SPELLING_EDITS",
     "closest",
     "dtype_name",
@@ -24,14 +25,17 @@ __all__ = [
     "suggestion",
 ]
 
-#: How many edits (a letter added, dropped, changed, or two neighbours swapped) turn a misspelt name into the
-#: one offered: one for names shorter than :data:`LONG_NAME` characters, two for longer ones. Case and the
-#: separators ``_ - .`` and spaces are not counted (:func:`normal_name`).
+#: How many spelling edits a name may be from the one offered: one for names shorter than :data:`LONG_NAME`
+#: characters, two for longer ones (case and the separators ``_ - .`` and spaces are not counted).
 SPELLING_EDITS = (1, 2)
 #: From this many characters (separators not counted) a name may be two edits away from the one offered.
 LONG_NAME = 8
+#: A word shorter than this may only have two neighbouring letters swapped: one letter more, less or different
+#: makes another word (``sin``/``sign``, ``ne``/``neg``, ``add``/``pad``, ``or``/``xor``, ``relu``/``gelu``).
+SHORT_WORD = 5
 _SEPARATORS = re.compile(r"[\s_.\-]+")
 _NUMBERS = re.compile(r"\d+")
+_WORDS = re.compile(r"[^\W\d_]+")
 
 
 def normal_name(name: object) -> str:
@@ -43,30 +47,38 @@ def normal_name(name: object) -> str:
 def closest(name: object, choices: Iterable[object]) -> str | None:
     """The known name that ``name`` (an unknown key, op, reference) is a misspelling of, or None.
 
-    A suggestion fixes spelling only; it never changes what was meant. So a choice is offered when
+    A suggestion fixes spelling only; it never changes what was meant. Names are compared word by word (words
+    are the runs of letters; case and separators aside), and a choice is offered when
 
     - it has the same numbers, in the same order (``conv3d`` is not a misspelt ``conv2d``, ``layer_norm2d`` not
       a misspelt ``layernorm``, ``relu6`` not ``relu``);
-    - it is at most one edit away (two for names of :data:`LONG_NAME` characters or more), case and separators
-      aside: a whole word added, dropped or swapped is more than that (``hardsigmoid`` is not a misspelt
-      ``sigmoid``, nor ``drop_path`` a misspelt ``dropout``, nor ``maxpool`` ``avgpool``);
-    - no other choice is as close: between ``pelu``'s neighbours ``relu``, ``gelu``, ``elu`` and ``prelu`` there
-      is no telling which was meant, so none is offered.
+    - each word is the choice's word, or a misspelling of it: a word of :data:`SHORT_WORD` letters or more
+      may have one letter added, dropped or changed after its first, or two neighbours swapped; a shorter word
+      only two neighbours swapped; any word may have a letter doubled or undoubled (``reluu``, ``atention``)
+      and gain or lose a plural ``s`` or ``es``. So a word or a prefix added,
+      dropped or changed is not a misspelling (``hardsigmoid`` of ``sigmoid``, ``drop_path`` of ``dropout``,
+      ``logical_xor`` of ``logical_or``, ``sin`` of ``sign``, ``relu`` of ``prelu``). Words written together or
+      apart must otherwise be spelt alike (``layer_norm`` is ``layernorm``);
+    - at most one edit in all (two for names of :data:`LONG_NAME` characters or more), and no other choice is
+      as close: between ``rleu``'s neighbours there is no doubt, between ``pelu``'s (``relu``, ``gelu``,
+      ``prelu``, ...) there is, so none is offered.
     """
-    wanted = normal_name(name)
+    text = str(name)
+    wanted = normal_name(text)
     if not wanted:
         return None
     numbers = _NUMBERS.findall(wanted)
     allowed = SPELLING_EDITS[len(wanted) >= LONG_NAME]
+    words = _WORDS.findall(text.casefold())
     best: list[tuple[int, str, str]] = []
     for choice in choices:
-        text = str(choice)
-        known = normal_name(text)
+        known_text = str(choice)
+        known = normal_name(known_text)
         if abs(len(known) - len(wanted)) > allowed or _NUMBERS.findall(known) != numbers:
             continue
-        edits = _edits(wanted, known, allowed)
+        edits = _word_edits(words, _WORDS.findall(known_text.casefold()), wanted == known)
         if edits <= allowed:
-            best.append((edits, known, text))
+            best.append((edits, known, known_text))
     if not best:
         return None
     fewest = min(e for e, _, _ in best)
@@ -74,11 +86,52 @@ def closest(name: object, choices: Iterable[object]) -> str | None:
     return next(iter(found.values())) if len(found) == 1 else None
 
 
+_TOO_MANY = 99
+
+
+def _word_edits(words: list[str], known: list[str], same_letters: bool) -> int:
+    """The spelling edits that turn the words ``words`` into ``known``, or a large number when one is not a
+    misspelling of the other (see :func:`closest`)."""
+    if same_letters:
+        return 0
+    if len(words) != len(known):
+        return _TOO_MANY
+    return sum(_misspelling(w, k) for w, k in zip(words, known))
+
+
+def _misspelling(word: str, known: str) -> int:
+    """0 for the same word, 1 for a misspelling of ``known`` (see :func:`closest`), else a large number."""
+    if word == known:
+        return 0
+    if any(a + end == b for a, b in ((word, known), (known, word)) for end in ("s", "es")):
+        return 1
+    if _doubled(word, known) or _doubled(known, word):
+        return 1
+    if len(known) < SHORT_WORD:
+        swapped = len(word) == len(known) and [i for i, (a, b) in enumerate(zip(word, known)) if a != b]
+        if swapped and len(swapped) == 2 and swapped[1] == swapped[0] + 1:
+            i = swapped[0]
+            if word[i] == known[i + 1] and word[i + 1] == known[i]:
+                return 1
+        return _TOO_MANY
+    # A misspelling keeps the first letter: one added or changed there makes another word (prelu, rsqrt).
+    return 1 if word[:1] == known[:1] and _edits(word, known, 1) <= 1 else _TOO_MANY
+
+
+def _doubled(longer: str, shorter: str) -> bool:
+    """Whether ``longer`` is ``shorter`` with one letter written twice (``reluu``, ``kk``)."""
+    return len(longer) == len(shorter) + 1 and any(
+        longer[i] == longer[i + 1] and longer[:i] + longer[i + 1 :] == shorter for i in range(len(longer) - 1)
+    )
+
+
 def _edits(a: str, b: str, limit: int) -> int:
     """The edit distance of ``a`` and ``b`` (insertions, deletions, substitutions and swaps of neighbours,
     each counted once), or ``limit + 1`` as soon as it is known to exceed ``limit``."""
     if a == b:
         return 0
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
     before: list[int] | None = None
     previous = list(range(len(b) + 1))
     for i, ca in enumerate(a, 1):

@@ -295,7 +295,7 @@ DTYPE_RULES: dict[str, DtypeRule] = {
     for r in (
         DtypeRule("same", "the input's dtype"),
         DtypeRule("promote", "torch's type promotion of the operands (a number joins only as a higher kind)"),
-        DtypeRule("int_to_float", "the promoted dtype, with integers and bool made float32"),
+        DtypeRule("int_to_float", "torch's type promotion of the operands, with integers and bool made float32"),
         DtypeRule("bool", "bool"),
     )
 }

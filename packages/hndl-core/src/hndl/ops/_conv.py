@@ -211,6 +211,7 @@ _POOL_INFERENCE = (
     example={"op": "maxpool2d", "kernel_size": 2},
     input_shape_example=["B", 16, 32, 32],
     returns="new",
+    aliases={"MaxPooling2D": {}},
 )
 def maxpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """2-d max pooling over ``[N, C, H, W]``: the maximum of each window."""
@@ -240,6 +241,7 @@ def maxpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     example={"op": "avgpool2d", "kernel_size": 2},
     input_shape_example=["B", 16, 32, 32],
     returns="new",
+    aliases={"AveragePooling2D": {}},
 )
 def avgpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """2-d average pooling over ``[N, C, H, W]``: the mean of each window."""
@@ -291,6 +293,7 @@ def _adaptive_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]
     example={"op": "adaptive_avgpool2d", "output_size": 1},
     input_shape_example=["B", 512, 7, 7],
     returns="new",
+    aliases={"GlobalAveragePooling2D": {"output_size": 1}},
 )
 def adaptive_avgpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """2-d average pooling to a fixed output size, whatever the input's height and width."""
@@ -345,6 +348,7 @@ _POOL1D_INFERENCE = (
     example={"op": "maxpool1d", "kernel_size": 2},
     input_shape_example=["B", 16, 100],
     returns="new",
+    aliases={"MaxPooling1D": {}},
 )
 def maxpool1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """1-d max pooling over ``[N, C, L]``: the maximum of each window."""
@@ -370,6 +374,7 @@ def maxpool1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     example={"op": "avgpool1d", "kernel_size": 2},
     input_shape_example=["B", 16, 100],
     returns="new",
+    aliases={"AveragePooling1D": {}},
 )
 def avgpool1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """1-d average pooling over ``[N, C, L]``: the mean of each window."""
@@ -404,6 +409,7 @@ def _adaptive1d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorTyp
     example={"op": "adaptive_avgpool1d", "output_size": 1},
     input_shape_example=["B", 64, 50],
     returns="new",
+    aliases={"GlobalAveragePooling1D": {"output_size": 1}},
 )
 def adaptive_avgpool1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """1-d average pooling to a fixed output length, whatever the input's length."""

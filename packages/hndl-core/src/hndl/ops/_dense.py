@@ -22,6 +22,7 @@ from .._registry import InferError, Param, Params, Port, op
     example={"op": "linear", "out_features": 128},
     input_shape_example=["B", 784],
     returns="new",
+    aliases={"Dense": {}},
 )
 def linear(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Affine map of the last dim: ``y = x @ W.T + b``.

@@ -18,11 +18,11 @@ operands. Ops that torch runs on tensors only (``minimum``, ``maximum``, the log
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._contracts import DTYPES, TensorType
+from .._contracts import DTYPES, INT_DTYPES, TensorType
 from .._param_types import ParamType, describe_value
 from .._registry import InferError, Param, Params, Port, op
 from ._common import DTYPE_RULES, Operand, broadcast_shapes, norm_dim, open_at
@@ -51,6 +51,8 @@ class Row:
         layer: the ``hndl.torch.layers`` class for tensor operands when it is not the family's (``Add``, whose
             forward the fast path writes out and may run in place).
         aliases: other libraries' names for it (:attr:`hndl.OpDef.aliases`).
+        check: a refusal torch makes on the operands' values, not their dtypes (an integer to a negative
+            integer power), raising :class:`InferError`.
     """
 
     name: str
@@ -62,6 +64,21 @@ class Row:
     bool_hint: str | None = None
     layer: str = ""
     aliases: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    check: Callable[[Sequence[tuple[str, Operand]]], None] | None = None
+
+
+def _integer_power(operands: Sequence[tuple[str, Operand]]) -> None:
+    """torch refuses an integer (or bool) tensor to a negative integer power: the result would not be one."""
+    (_, base), (_, exponent) = operands
+    if isinstance(base, str) and base in (*INT_DTYPES, "int", "bool") and isinstance(exponent, int) and exponent < 0:
+        raise InferError(
+            f"an integer tensor to a negative integer power ({exponent}) is not an integer (torch.pow refuses it)",
+            code="E_PARAM",
+            param="b",
+            expected="an exponent >= 0, or a float exponent",
+            actual=exponent,
+            hint=f"write b: {float(exponent)} for a float result, or cast the base to a floating dtype first",
+        )
 
 
 _MASK_HINT = "for a mask, use logical_not (not), logical_xor (differs) or cast it to an integer dtype first"
@@ -132,6 +149,7 @@ BINARY: tuple[Row, ...] = (
         operator="pow",
         bools="result",
         aliases={"power": {}},
+        check=_integer_power,
     ),
     Row("minimum", "minimum", "promote", "Elementwise minimum of two tensors (for a number bound, use clamp)."),
     Row("maximum", "maximum", "promote", "Elementwise maximum of two tensors (for a number bound, use clamp)."),
@@ -218,6 +236,8 @@ def _elementwise_infer(row: Row, names: Sequence[str]) -> Any:
         dtypes = [(n, _dtype_of(v)) for n, v in operands]
         result = rule.result([d for _, d in dtypes])
         _refuse_bools(row, dtypes, result)
+        if row.check is not None:
+            row.check(dtypes)
         return [TensorType(_broadcast(tensors), result)]
 
     return infer
@@ -277,10 +297,9 @@ def _register_binary(row: Row) -> None:
         return getattr(layers, row.layer)() if row.layer else layers.Binary(f"torch.{row.torch}")
 
     module = f"hndl.torch.layers.{row.layer or 'Binary'}" + (" or TensorScalar or ScalarTensor" if scalar else "")
-    words = "numbers" if row.dtype == "bool" else "the operands"
     inference = (
         "shapes broadcast by torch's rules (aligned from the right; each pair of dims equal, or one of them 1); "
-        f"dtype: {DTYPE_RULES[row.dtype].doc}" + (f" of {words}" if row.dtype != "bool" else "")
+        f"dtype: {DTYPE_RULES[row.dtype].doc}"
     )
     if row.bools == "refused":
         inference += "; bool tensors are refused, as torch does"
@@ -389,6 +408,7 @@ def _clamp_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     example={"op": "clamp", "min": 0.0, "max": 6.0},
     input_shape_example=_SHAPE,
     returns="new",
+    aliases={"clip": {}},
     error_example={"params": {}, "inputs": [["B", 8]]},
 )
 def clamp(p: Params, inputs: Sequence[TensorType]) -> Any:
@@ -429,7 +449,7 @@ def _cast_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     example={"op": "cast", "dtype": "float32"},
     input_shape_example=["B", "T"],
     returns="input",
-    aliases={"to": {}, "astype": {}, "type_as": {}},
+    aliases={"to": {}, "astype": {}},
     error_example={"params": {"dtype": "float"}, "inputs": [["B", 8]]},
 )
 def cast(p: Params, inputs: Sequence[TensorType]) -> Any:

@@ -84,6 +84,7 @@ def _matmul_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     input_shape_example=["B", 64, 64],
     returns="new",
     error_example={"inputs": [["B", 64, 32], ["B", 64, 32]]},
+    aliases={"mm": {}, "bmm": {}},
 )
 def matmul(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Matrix product ``torch.matmul(a, b)``, batched over leading dims."""

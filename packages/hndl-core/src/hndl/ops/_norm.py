@@ -178,6 +178,7 @@ _TRAILING_INFERENCE = "the input must end with normalized_shape"
     example={"op": "layernorm"},
     input_shape_example=["B", "T", 768],
     returns="new",
+    aliases={"LayerNormalization": {}},
 )
 def layernorm(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Layer normalisation: zero mean and unit variance over the trailing dims, then a learned affine map.

@@ -83,6 +83,7 @@ def _concat_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     example={"op": "concat", "dim": -1},
     input_shape_example=["B", 32],
     returns="new",
+    aliases={"cat": {}, "concatenate": {}},
 )
 def concat(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Join tensors along ``dim`` (``torch.cat``)."""
@@ -286,6 +287,7 @@ def _reshape_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     example={"op": "reshape", "shape": [4, 16], "start_dim": 2},
     input_shape_example=["B", "T", 64],
     returns="view",
+    aliases={"view": {}},
 )
 def reshape(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Reshape the dims from ``start_dim`` on into ``shape``, keeping the dims before it.
@@ -488,6 +490,7 @@ def _mean_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     example={"op": "mean", "dim": [1]},
     input_shape_example=["B", "T", 64],
     returns="new",
+    aliases={"reduce_mean": {}},
 )
 def mean(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Average over one or more dims (``x.mean(dim, keepdim)``); the input must be floating point."""
