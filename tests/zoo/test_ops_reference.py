@@ -11,8 +11,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import hndl  # noqa: E402
 from parity import require  # noqa: E402
+
+import hndl  # noqa: E402
 
 TUTORIAL = Path(__file__).resolve().parents[2] / "docs" / "tutorial.md"
 
