@@ -9,8 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import hndl  # noqa: E402
 from parity import randomise_batchnorm, require  # noqa: E402
+
+import hndl  # noqa: E402
 
 SE = """
       pool: {op: adaptive_avgpool2d, in: DW, output_size: 1}
