@@ -111,7 +111,8 @@ def test_a_strided_block_leaves_its_residual_out():
     graph = hndl.loads(spec("silu", "silu", "sigmoid"))
     graph.params.update(out=24, stride=2, residual=False)
     model = hndl.build(graph)
-    assert "n_drop" not in model.nodes and "n_residual" not in model.nodes
+    assert "n_drop" not in model.nodes
+    assert "n_residual" not in model.nodes
     load_in_order(model, reference)
     check_same(model, reference, torch.randn(4, 16, 10, 10))
 
