@@ -86,7 +86,7 @@ def _add_op(g: hndl.Graph, opdef: OpDef, rng: random.Random, tensors: list[torch
     handles, made = [], []
     for _port, rule in _ports(opdef):
         name = f"x{len(g.inputs)}"
-        dtype = "int64" if rule in ("int", "int64") else None
+        dtype = "int64" if rule in ("int", "int64") else "bool" if rule == "bool" else None
         handles.append(g.input(name, shape, dtype=dtype))
         made.append(_tensor(shape, rule, rng))
     try:
