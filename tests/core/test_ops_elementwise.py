@@ -309,3 +309,49 @@ def test_roll_matches_torch(shifts, dims):
 def test_roll_refuses_shifts_that_do_not_fit(params, message):
     p = problem("roll", ("B", 4, 4), **params)
     assert (p.code, p.message) == ("E_PARAM", message)
+
+
+# --- models of row-made ops pickle, copy and compile like any -------------------------------------------------
+
+
+def _row_model() -> tuple[hndl.GraphModule, torch.Tensor]:
+    g = hndl.Graph("rows")
+    x = g.input("x", ("B", 6))
+    h = g.add("add", x, g.add("buffer", name="pe", shape=[6], init="arange", dtype="float32"), name="h")
+    h = g.add("hardswish", g.add("clamp", g.add("sub", h, name="s", a=1.0), name="c", min=-2.0), name="hs")
+    g.output(g.add("where", g.add("gt", h, name="pos", b=0), h, name="w", b=0.0))
+    return hndl.build(g), torch.randn(3, 6)
+
+
+def test_a_model_of_row_made_ops_pickles_as_op_names():
+    import io
+    import pickle
+
+    model, x = _row_model()
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    again = torch.load(buffer, weights_only=False)
+    assert torch.equal(again(x), model(x))
+    opdef = hndl.registry.find("sub")
+    assert pickle.loads(pickle.dumps(opdef)) is opdef
+
+
+def test_a_pickled_op_that_is_not_registered_here_is_e_op():
+    import pickle
+
+    hndl.op("test_gone", inputs=[hndl.Port("x")])(lambda p, i: None)
+    data = pickle.dumps(hndl.registry.find("test_gone"))
+    hndl.registry.unregister("test_gone")
+    with pytest.raises(hndl.HndlError) as info:
+        pickle.loads(data)
+    assert info.value.problems[0].message == (
+        "unknown op 'test_gone': the pickled model uses it, and it is not registered in this process"
+    )
+
+
+def test_a_model_of_row_made_ops_compiles_without_a_graph_break():
+    model, x = _row_model()
+    explained = torch._dynamo.explain(model)(x)
+    assert explained.graph_break_count == 0
+    assert torch.equal(torch.compile(model)(x), model(x))

@@ -329,6 +329,14 @@ class OpDef:
     def summary(self) -> str:
         return self.doc.strip().splitlines()[0] if self.doc.strip() else ""
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # A registered op is pickled (and deep-copied) as its name, like a class: an op made from a row has a
+        # builder and an inference closure, which pickle cannot write by value, and the process that loads a
+        # pickled model must have the same ops registered anyway.
+        if registry._ops.get(self.name) is self:
+            return (_registered_op, (self.name,))
+        return object.__reduce_ex__(self, protocol)
+
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
 
@@ -520,6 +528,20 @@ def _as_written(name: str, op_name: str, params: Mapping[str, Any]) -> str:
     except Exception:  # a keyword value flow YAML cannot write (a set, bytes): the op alone
         node = flow_yaml({"op": op_name})
     return f"{excerpt(name)} is {node} in hndl"
+
+
+def _registered_op(name: str) -> OpDef:
+    """The op registered as ``name``: how a pickled :class:`OpDef` is read back."""
+    found = registry.find(name)
+    if found is None:
+        raise HndlError(
+            Problem(
+                "E_OP",
+                f"unknown op {excerpt(name)}: the pickled model uses it, and it is not registered in this process",
+                hint="import or install the package that registers it before loading the model",
+            )
+        )
+    return found
 
 
 def _entry_points() -> Iterable[Any]:
