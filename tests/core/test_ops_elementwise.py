@@ -164,7 +164,7 @@ def test_a_number_for_both_operands_is_e_param():
     with pytest.raises(hndl.HndlError) as info:
         hndl.check(g)
     p = info.value.problems[0]
-    assert (p.code, p.node, p.message) == ("E_PARAM", "n", "sub needs a tensor operand: a and b are all numbers")
+    assert (p.code, p.node, p.message) == ("E_PARAM", "n", "sub needs a tensor operand: a and b are both numbers")
     assert p.hint == "leave b out and wire its tensor in: in: [...]"
 
 

@@ -226,7 +226,7 @@ def _elementwise_infer(row: Row, names: Sequence[str]) -> Any:
         tensors = [(n, v) for n, v in operands if isinstance(v, TensorType)]
         if not tensors:
             raise InferError(
-                f"{row.name} needs a tensor operand: {' and '.join(names)} are all numbers",
+                f"{row.name} needs a tensor operand: {' and '.join(names)} are both numbers",
                 code="E_PARAM",
                 param=names[-1],
                 expected="at least one input",
@@ -246,16 +246,14 @@ def _elementwise_infer(row: Row, names: Sequence[str]) -> Any:
 # --- registration -----------------------------------------------------------------------------------------
 
 
-def _builder(doc: str, make: Any) -> Any:
-    def build(p: Params, inputs: Sequence[TensorType]) -> Any:
-        return make(p)
-
+def _documented(build: Any, doc: str) -> Any:
+    """``build`` with ``doc`` as its docstring, which :func:`hndl.op` makes the op's documentation."""
     build.__doc__ = doc
     return build
 
 
 def _register_unary(row: Row) -> None:
-    def make(p: Params) -> Any:
+    def build(p: Params, inputs: Sequence[TensorType]) -> Any:
         from ..torch.layers import Unary
 
         return Unary(f"torch.{row.torch}")
@@ -276,7 +274,7 @@ def _register_unary(row: Row) -> None:
         error_example=(
             {"inputs": [{"shape": ["B", 8], "dtype": "bool"}]} if refused else {"inputs": [["B", 8], ["B", 8]]}
         ),
-    )(_builder(f"{row.doc}\n\nComputes ``torch.{row.torch}(x)``.", make))
+    )(_documented(build, f"{row.doc}\n\nComputes ``torch.{row.torch}(x)``."))
 
 
 def _number_param(name: str, what: str) -> Param:
@@ -286,7 +284,7 @@ def _number_param(name: str, what: str) -> Param:
 def _register_binary(row: Row) -> None:
     scalar = row.operator is not None
 
-    def make(p: Params) -> Any:
+    def build(p: Params, inputs: Sequence[TensorType]) -> Any:
         from ..torch import layers
 
         a, b = p.get("a"), p.get("b")
@@ -326,7 +324,7 @@ def _register_binary(row: Row) -> None:
         returns="new",
         aliases=row.aliases,
         error_example={"inputs": [["B", 3], ["B", 4]]},
-    )(_builder(doc, make))
+    )(_documented(build, doc))
 
 
 for _row in UNARY:
@@ -466,7 +464,7 @@ def cast(p: Params, inputs: Sequence[TensorType]) -> Any:
 
 
 def _register_triangle(name: str, keeps: str) -> None:
-    def make(p: Params) -> Any:
+    def build(p: Params, inputs: Sequence[TensorType]) -> Any:
         from ..torch.layers import Unary
 
         return Unary(f"torch.{name}", diagonal=p.diagonal)
@@ -489,11 +487,11 @@ def _register_triangle(name: str, keeps: str) -> None:
         returns="new",
         error_example={"inputs": [["T"]]},
     )(
-        _builder(
+        _documented(
+            build,
             f"The {keeps} triangle of the last two dims (``torch.{name}``), the rest zero (false for bool).\n\n"
             f"``{{op: {name}, diagonal: {1 if name == 'triu' else 0}}}`` on a ``buffer`` of ones makes a "
             + ("causal mask's complement." if name == "triu" else "causal mask (query i sees keys 0..i)."),
-            make,
         )
     )
 
