@@ -336,8 +336,8 @@ def test_a_list_with_references_is_valid_to_the_schema_when_its_bound_value_is_t
     from hndl._graph import Node
     from hndl._graph_params import bind_node
 
-    if not isinstance(value, list):
-        return
+    if not isinstance(value, list) or any(isinstance(item, str) and item.startswith("$") for item in value):
+        return  # a string written with '$' is a reference by definition (§1.6), not a plain value
     bindings = {f"v{i}": item for i, item in enumerate(value) if i < len(picks) and picks[i]}
     written = [f"$v{i}" if f"v{i}" in bindings else item for i, item in enumerate(value)]
     bound, problems = bind_node(Node("n", op, [], {param.name: written}), bindings)

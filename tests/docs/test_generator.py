@@ -202,6 +202,19 @@ def test_every_op_has_a_page_with_its_schema(generated):
     assert "does not check" not in "".join(generated[f"ops/{n}.md"] for n in names)
 
 
+def test_every_declared_mistake_is_refused_and_its_page_shows_the_message(generated):
+    declared = [o for o in hndl.registry if o.error_example is not None]
+    assert len(declared) >= 60
+    for o in declared:
+        page = generated[f"ops/{o.name}.md"]
+        assert "## A mistake it catches" in page, o.name
+        assert "though it is declared as a mistake" not in page, o.name
+    sub = generated["ops/sub.md"]
+    assert "  sub: {op: sub, in: [x0, x1]}" in sub
+    assert "E_SHAPE sub 'sub' port 'b': 'x0' [B, 3] and 'x1' [B, 4] do not broadcast" in sub
+    assert "| `b` (or a number: parameter `b`) | input | any | `any` | right operand |" in sub
+
+
 def test_every_error_code_is_documented_with_a_real_message(generated):
     page = generated["errors.md"]
     assert set(_errors.FIXES) == set(hndl.CODES)

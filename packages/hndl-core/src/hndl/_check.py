@@ -264,10 +264,12 @@ class _Checker:
             qual = prefix + written.name
             node = self._bind(written, bindings, qual)
             in_ids = [resolve_ref(g, written, ref, ids, ports, prefix, self.problems) for ref in written.inputs]
-            if node is not None and node.when is not True:
+            if node is not None and (node.when is not True or node.otherwise is not None):
                 present = self._present(node, qual, in_ids)
                 if present is False:
-                    ports[written.name] = in_ids  # type: ignore[assignment]  # a node left out passes its input through
+                    # A node left out passes its input through: the one 'otherwise' names, or its only one.
+                    passed = node.inputs.index(node.otherwise) if node.otherwise is not None else 0
+                    ports[written.name] = [in_ids[passed]]  # type: ignore[list-item]
                     continue
                 if present is None:
                     node = None
@@ -349,13 +351,26 @@ class _Checker:
                 location=node.where("when"),
             )
             return None
-        if not node.when and len(in_ids) != 1:
+        if node.otherwise is not None and node.otherwise not in node.inputs:
+            self.problems.add(
+                "E_PARAM",
+                f"'otherwise' names {excerpt(node.otherwise)}, which is not an input of the node",
+                node=qual,
+                op=node.op,
+                location=node.where("otherwise"),
+                expected="one of " + ", ".join(repr(r) for r in node.inputs) if node.inputs else "an input",
+                actual=node.otherwise,
+                hint=suggestion(node.otherwise, node.inputs),
+            )
+            return None
+        if not node.when and node.otherwise is None and len(in_ids) != 1:
             self.problems.add(
                 "E_PARAM",
                 f"a node left out by 'when' passes its input through, so it needs one input; it has {len(in_ids)}",
                 node=qual,
                 op=node.op,
                 location=node.where("when"),
+                hint="say which passes through: otherwise: <one of its inputs>" if in_ids else None,
             )
             return None
         return node.when

@@ -101,6 +101,9 @@ class Node:
     #: Whether the node exists: ``True``, ``False`` or ``"$name"`` (a bool parameter of the subgraph). A node that
     #: does not exist passes its one input through: references to it read that input.
     when: Any = True
+    #: Which input a node left out by ``when`` passes through, as written in ``inputs`` (needed when it has several:
+    #: a residual ``add`` of ``[x, block]`` left out is ``block``); ``None``: its only input.
+    otherwise: str | None = None
 
     def where(self, key: str | None = None) -> str | None:
         """The location of ``key`` if known, else of the node."""
@@ -186,6 +189,7 @@ class Graph:
         name: str | None = None,
         tie: Mapping[str, str] | None = None,
         when: bool | str = True,
+        otherwise: Ref | None = None,
         **params: Any,
     ) -> Handle:
         """Add a node running ``op`` on ``inputs`` and return its handle.
@@ -198,6 +202,8 @@ class Graph:
                 built model holds one ``Parameter`` under both names, as PyTorch does for tied weights.
             when: whether the node exists; in a parameterised subgraph, ``"$name"`` of a bool parameter. A node
                 that does not exist passes its one input through.
+            otherwise: for a node with several inputs and a ``when``, the input that passes through when it does
+                not exist (one of ``inputs``): ``g.add("add", x, h, when="$residual", otherwise=h)``.
             **params: the op's parameters. Parameters that follow from shapes (``in_features``) are inferred.
                 ``op`` is positional-only, so a parameter may be called ``self`` or ``op`` (the checker then says
                 whether the op takes it) without a TypeError.
@@ -218,7 +224,8 @@ class Graph:
             refs.extend(self._ref(r, name) for r in items)
         if "graph" in params and isinstance(params["graph"], Graph):
             params["graph"] = self.add_subgraph(params["graph"])
-        self.nodes[name] = Node(name, op, refs, dict(params), tie=dict(tie or {}), when=when)
+        passes = None if otherwise is None else self._ref(otherwise, name)
+        self.nodes[name] = Node(name, op, refs, dict(params), tie=dict(tie or {}), when=when, otherwise=passes)
         return Handle(self, name)
 
     def output(self, *values: Ref | Sequence[Ref]) -> None:

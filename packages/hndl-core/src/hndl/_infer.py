@@ -29,8 +29,8 @@ class Report(Protocol):
 
 
 def active_ports(opdef: OpDef, params: Mapping[str, Any]) -> list[Port]:
-    """``opdef``'s input ports that exist for these parameters (a port with ``when`` needs its flag set)."""
-    return [p for p in opdef.inputs if p.when is None or params.get(p.when) is True]
+    """``opdef``'s input ports that take a value under these parameters (:meth:`OpDef.active_inputs`)."""
+    return opdef.active_inputs(params)
 
 
 def bind_ports(opdef: OpDef, in_types: Sequence[TensorType], params: Mapping[str, Any]) -> BoundPorts | None:
@@ -253,14 +253,21 @@ def _out_dtype(rule: str, ports: BoundPorts) -> str:
     return rule
 
 
+#: A bool port given another dtype: a graph input declared bool (and a bool tensor passed), or a value made bool.
+_BOOL_HINT = (
+    "declare the input's dtype: bool and pass a bool tensor (mask.bool() in torch), or make it bool in the graph: "
+    "{op: ne, in: x, b: 0} or {op: cast, dtype: bool}"
+)
+
+
 def _dtype_hint(port: Port, t: TensorType) -> str | None:
     """The likely fix for a dtype mismatch: declare the graph input's dtype (a tensor's dtype starts there)."""
     if port.dtype in ("int", "int64"):
         return "declare the input's dtype, e.g. dtype: int64"
+    if port.dtype == "bool":
+        return _BOOL_HINT
     if port.dtype.startswith("same:"):
         return "give both the same dtype: declare it on the graph inputs they come from, e.g. dtype: float32"
-    if port.dtype == "bool":
-        return "declare the input's dtype: bool, and pass a bool tensor (mask.bool() for a 1/0 mask in torch)"
     if port.dtype.startswith("float") and not t.dtype.startswith("float"):
         example = "float32" if port.dtype == "float" else port.dtype
         return f"declare the input's dtype: {example}, and pass a floating tensor (x.float() in torch)"

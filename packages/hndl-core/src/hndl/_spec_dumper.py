@@ -22,7 +22,7 @@ __all__ = ["FORMAT_VERSION", "NODE_KEYS", "dumps", "flow_yaml"]
 FORMAT_VERSION = 1
 
 #: The keys of a spec node that are not parameters of its op.
-NODE_KEYS = ("op", "in", "tie", "when")
+NODE_KEYS = ("op", "in", "tie", "when", "otherwise")
 
 # YAML limits an implicit ("simple") key to 1024 characters; a longer name is written as an explicit key.
 _LONGEST_SIMPLE_KEY = 1000
@@ -131,6 +131,8 @@ def _graph_lines(graph: Graph, indent: str, problems: ProblemList) -> list[str]:
             entry["tie"] = dict(node.tie)
         if node.when is not True:
             entry["when"] = node.when
+        if node.otherwise is not None:
+            entry["otherwise"] = node.otherwise
         for key, value in node.params.items():
             if key in NODE_KEYS or not isinstance(key, str):
                 problems.add(

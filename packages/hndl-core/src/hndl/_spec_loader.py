@@ -60,11 +60,11 @@ def load(path: str | os.PathLike[str], *, allow_imports: bool = False) -> Graph:
         HndlError: E_SPEC for a path that names no file or cannot be read, text passed instead of a path, and
             every problem with the spec's structure (see :func:`loads`).
     """
+    file = _path_of(path)  # text is refused first, whatever it starts with
     if isinstance(path, str) and path.startswith("zoo:"):  # a model zoo entry (hndl.zoo), not a file
         from .zoo import get
 
         return get(path)
-    file = _path_of(path)
     try:
         # At most one byte past the limit: enough to know the file is too long, and /dev/zero ends too.
         with _open_file(file) as stream:
@@ -565,8 +565,25 @@ class _SpecBuilder:
                 op=named_op,
             )
             return
+        otherwise = fields.get("otherwise")
+        if otherwise is not None and not isinstance(otherwise.value, str):
+            self.add(
+                "E_SPEC",
+                f"'otherwise' must name one of the node's inputs, got {describe(otherwise.value)}",
+                otherwise.loc,
+                node=name,
+                op=named_op,
+            )
+            return
         try:
-            graph.add(named_op, refs, name=name, tie=tie, when=True if when is None else when.value)
+            graph.add(
+                named_op,
+                refs,
+                name=name,
+                tie=tie,
+                when=True if when is None else when.value,
+                otherwise=None if otherwise is None else otherwise.value,
+            )
         except HndlError as exc:
             for p in exc.problems:
                 self.add(p.code, p.message, loc, node=name, hint=p.hint)

@@ -94,6 +94,10 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
             "description": "whether the node exists: true, false, or '$name' of a bool graph parameter",
             "anyOf": [{"type": "boolean"}, {"$ref": "#/$defs/param_ref"}],
         },
+        "otherwise": {
+            "description": "the input a node left out by 'when' passes through (one of its inputs)",
+            "type": "string",
+        },
     }
     input_keys = {
         "shape": {"$ref": "#/$defs/shape"},

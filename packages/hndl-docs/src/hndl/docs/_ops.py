@@ -79,6 +79,9 @@ def op_page(o: OpDef) -> str:
     out.append(o.describe_inference().strip() + "\n")
     out.append("\n## Example\n\n")
     out.append(example_section(o))
+    if o.error_example is not None:
+        out.append("\n## A mistake it catches\n\n")
+        out.append(error_section(o))
     return "".join(out)
 
 
@@ -96,6 +99,7 @@ def _port_row(direction: str, p: Port) -> list[str]:
     shape = code(str(ShapePattern.parse(p.shape))) if p.shape is not None else "any"
     name = code(p.name) + (" (one or more)" if p.variadic else "") + (" (optional)" if p.optional else "")
     name += f" (when {p.when})" if p.when is not None else ""
+    name += f" (or a number: parameter `{p.name}`)" if p.scalar else ""
     return [name, direction, shape, code(p.dtype), p.doc]
 
 
@@ -121,8 +125,8 @@ def build_example(o: OpDef) -> dict[str, Any]:
     shape = list(o.input_shape_example if o.input_shape_example is not None else DEFAULT_INPUT_SHAPE)
     graph_params = [p.name for p in o.params if p.type.name == "graph"]
     inputs: list[tuple[str, dict[str, Any]]] = []
-    # the ports this example's parameters open, without the optional ones
-    ports_used = [p for p in o.inputs if not p.optional and (p.when is None or node.get(p.when) is True)]
+    # the ports this example's parameters open (a number may stand for one), without the optional ones
+    ports_used = [p for p in o.active_inputs(node) if not p.optional]
     for port in ports_used:
         contract: dict[str, Any] = {"shape": shape}
         dtype = _example_dtype(port.dtype)
@@ -190,6 +194,46 @@ def build_example(o: OpDef) -> dict[str, Any]:
     except hndl.HndlError as exc:
         error = str(exc)
     return {"yaml": "".join(lines), "python": "".join(py), "error": error, "outputs": outputs}
+
+
+def error_section(o: OpDef) -> str:
+    """The op's declared error example (:attr:`hndl.OpDef.error_example`) and the message hndl gives it."""
+    ex = build_error_example(o)
+    out = ["```yaml\n", ex["yaml"], "```\n\n"]
+    if ex["error"] is None:
+        out.append("**This example checks, though it is declared as a mistake.**\n")
+    else:
+        out.append("```text\n" + ex["error"] + "\n```\n")
+    return "".join(out)
+
+
+def build_error_example(o: OpDef) -> dict[str, Any]:
+    """The op's error example as spec text, and the message checking it gives (``None`` if it checks)."""
+    declared = o.error_example or {}
+    params = dict(declared.get("params", {}))
+    contracts: list[dict[str, Any]] = [
+        dict(c) if isinstance(c, dict) else {"shape": list(c)} for c in declared.get("inputs", [])
+    ]
+    name = page_name(o.name) if page_name(o.name)[0].isalpha() else "node"
+    names = [f"x{i}" if len(contracts) > 1 else "x" for i in range(len(contracts))]
+    if name in names:
+        name = f"{name}_node"
+    written: dict[str, Any] = {"op": o.name}
+    if names:
+        written["in"] = names[0] if len(names) == 1 else names
+    written.update(params)
+    lines = ["hndl: 1\n", f"name: {name}_mistake\n", "inputs:\n" if names else "inputs: {}\n"]
+    lines += [f"  {n}: {flow(c)}\n" for n, c in zip(names, contracts)]
+    lines += ["nodes:\n", f"  {name}: {flow(written)}\n", f"outputs: [{name}]\n"]
+    error: str | None = None
+    try:
+        g = hndl.Graph(f"{name}_mistake")
+        handles = [g.input(n, tuple(c["shape"]), dtype=c.get("dtype")) for n, c in zip(names, contracts)]
+        g.output(g.add(o.name, *handles, name=name, **params))
+        hndl.check(g)
+    except hndl.HndlError as exc:
+        error = str(exc)
+    return {"yaml": "".join(lines), "error": error}
 
 
 def _example_dtype(rule: str) -> str | None:
