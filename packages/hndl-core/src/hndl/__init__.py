@@ -40,7 +40,7 @@ from ._registry import op as op
 from ._registry import registry as registry
 from ._spec_dumper import dumps as dumps
 from ._spec_dumper import flow_yaml as flow_yaml
-from ._spec_loader import load as load
+from ._spec_loader import load as _load_file
 from ._spec_loader import loads as loads
 from ._spec_schema import spec_schema as spec_schema
 from ._summary import Summary as Summary
@@ -101,6 +101,34 @@ def build(graph: Graph) -> GraphModule:
     return build_module(graph)
 
 
+def load(path: str | os.PathLike[str], *, allow_imports: bool = False) -> Graph:
+    """Read the spec file at ``path`` (or the model zoo's entry ``"zoo:NAME"``) into a :class:`~hndl.Graph`.
+
+    ``load`` only ever reads the file it is given; spec *text* goes to :func:`loads`. A string that is
+    plainly text (it has a line break, or starts with ``{`` or ``hndl:``) is refused with that hint, so a
+    service that receives text can never be made to read a local file because the text named one.
+
+    Args:
+        path: the file, as ``str`` or ``os.PathLike``; ``"zoo:NAME"`` is the zoo entry (:func:`hndl.zoo.get`).
+        allow_imports: whether the graph may use op ``module``, which imports a Python class by name when the
+            model is built. Leave it off for files you did not write.
+
+    Returns:
+        The graph, with ``graph.source`` set to the path and its subgraphs under ``graph.graphs``. Every
+        input, node, node key and output carries its ``file:line:col``. Ops, parameter values and references
+        are checked later, by :func:`hndl.check` and :func:`hndl.build`.
+
+    Raises:
+        HndlError: E_SPEC for a path that names no file or cannot be read, text passed instead of a path, an
+            unknown zoo entry, and every problem with the spec's structure (see :func:`loads`).
+    """
+    if isinstance(path, str) and path.startswith("zoo:"):  # a model zoo entry, not a file
+        from .zoo import get
+
+        return get(path)
+    return _load_file(path, allow_imports=allow_imports)
+
+
 def save(model: GraphModule, path: str | os.PathLike[str]) -> None:
     """Write ``model`` as one ``.safetensors`` file: its weights (tied ones once) and its spec in the metadata.
 
@@ -139,6 +167,10 @@ def summary(source: Graph | GraphModule, *, depth: int | None = None, **dims: in
     """
     from ._summary import summary as make_summary
 
+    if isinstance(source, Graph):
+        from .torch._meta import build_on_meta
+
+        source = build_on_meta(source)
     return make_summary(source, depth=depth, **dims)
 
 

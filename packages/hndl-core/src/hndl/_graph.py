@@ -18,10 +18,11 @@ from typing import Any, cast
 
 from ._contracts import Contract
 from ._errors import HndlError, Problem
+from ._registry import registry
+from .naming import NAME_RE
 
 __all__ = ["Graph", "Handle", "InputSpec", "Node"]
 
-NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 #: Input names a GraphModule could not take by keyword: ``model(self=x)`` collides with ``Module.__call__``'s
 #: own first parameter before hndl sees the call.
 RESERVED_INPUT_NAMES = frozenset({"self"})
@@ -244,8 +245,6 @@ class Graph:
     def output_count(self, node: str) -> int | None:
         """How many outputs ``node`` has, if its op can say so from its parameters (or, for a node that runs a
         subgraph, from that subgraph's outputs); ``None`` when that is only known once the graph is checked."""
-        from ._registry import registry
-
         n = self.nodes.get(node)
         if n is None:
             return 1 if node in self.inputs else None

@@ -32,9 +32,8 @@ from typing import Any
 
 from ._contracts import ShapePattern, TensorType, parse_dtype_rule
 from ._errors import HndlError, Problem
-from ._graph import NAME_RE
 from ._param_types import ParamType, param_type
-from .naming import excerpt
+from .naming import NAME_RE, excerpt
 
 __all__ = ["REQUIRED", "InferError", "OpDef", "Param", "Params", "Port", "op", "registry"]
 

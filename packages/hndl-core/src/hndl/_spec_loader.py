@@ -16,11 +16,11 @@ from typing import Any
 
 from ._contracts import Contract
 from ._errors import HndlError, Problem, ProblemList
-from ._graph import NAME_RE, Graph
+from ._graph import Graph
 from ._graph_params import is_reference
 from ._spec_dumper import FORMAT_VERSION, NODE_KEYS, flow_yaml
 from ._yaml_reader import MAX_TEXT, Located, describe, read_yaml
-from .naming import excerpt, printable, suggestion
+from .naming import NAME_RE, excerpt, printable, suggestion
 
 __all__ = ["load", "loads"]
 
@@ -47,7 +47,9 @@ def load(path: str | os.PathLike[str], *, allow_imports: bool = False) -> Graph:
     service that receives text can never be made to read a local file because the text named one.
 
     Args:
-        path: the file, as ``str`` or ``os.PathLike``; ``"zoo:NAME"`` is the zoo entry (:func:`hndl.zoo.get`).
+        path: the file, as ``str`` or ``os.PathLike``. (``hndl.load`` also takes ``"zoo:NAME"``, which it sends to
+            :func:`hndl.zoo.get` before it gets here: the zoo is built on this loader, so the loader does not
+            import it.)
         allow_imports: whether the graph may use op ``module``, which imports a Python class by name when the
             model is built. Leave it off for files you did not write.
 
@@ -60,10 +62,6 @@ def load(path: str | os.PathLike[str], *, allow_imports: bool = False) -> Graph:
         HndlError: E_SPEC for a path that names no file or cannot be read, text passed instead of a path, and
             every problem with the spec's structure (see :func:`loads`).
     """
-    if isinstance(path, str) and path.startswith("zoo:"):  # a model zoo entry (hndl.zoo), not a file
-        from .zoo import get
-
-        return get(path)
     file = _path_of(path)
     try:
         # At most one byte past the limit: enough to know the file is too long, and /dev/zero ends too.

@@ -13,10 +13,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._contracts import DTYPE_CATEGORIES, DTYPES
-from ._graph import NAME_RE
 from ._registry import OpDef, registry
 from ._spec_dumper import FORMAT_VERSION, NODE_KEYS
 from ._spec_loader import REQUIRED_KEYS
+from .naming import NAME_RE
 
 __all__ = ["NAME_PATTERN", "SCHEMA_ID", "spec_schema"]
 

@@ -1,7 +1,7 @@
 """The summary of a model: one row per node, and totals, as data that prints as a table.
 
-:func:`summary` takes a :class:`~hndl.Graph` (built on PyTorch's meta device, which allocates nothing) or a
-built :class:`~hndl.torch.GraphModule` (its live layers: a frozen parameter counts as non-trainable). Shapes,
+:func:`summary` takes a built :class:`~hndl.torch.GraphModule` (its live layers: a frozen parameter counts as
+non-trainable); :func:`hndl.summary` builds a :class:`~hndl.Graph` on PyTorch's meta device first. Shapes,
 multiply-adds and activation memory come from the checked types (``_costs``), symbolic over the graph inputs'
 dims until the caller binds them (``summary(model, B=8)``). Parameters and buffers come from the layers, each
 tensor counted once however many names it has (tied weights).
@@ -9,22 +9,20 @@ tensor counted once however many names it has (tied weights).
 
 from __future__ import annotations
 
-import dataclasses
 import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import _costs
-from ._check import CheckedGraph, CheckedNode, check
+from ._check import CheckedGraph, CheckedNode
 from ._contracts import Variadic, format_shape
 from ._dim_factor import factored_text
 from ._dims import Dim, dim_add, free_symbols, substitute
 from ._errors import HndlError, Problem
-from ._graph import Graph
 from .naming import excerpt, printable, suggestion
 
-__all__ = ["Summary", "SummaryRow", "build_on_meta", "summary"]
+__all__ = ["Summary", "SummaryRow", "summary"]
 
 WIDTH = 100  # the table fits a terminal this wide
 
@@ -176,10 +174,12 @@ class Summary:
 
 
 def summary(source: Any, *, depth: int | None = None, **dims: int) -> Summary:
-    """The :class:`Summary` of a :class:`~hndl.Graph` or a built :class:`~hndl.torch.GraphModule`.
+    """The :class:`Summary` of a built :class:`~hndl.torch.GraphModule`; :func:`hndl.summary` builds a
+    :class:`~hndl.Graph` on the meta device first (this module reads a built model and imports no torch, so that
+    ``GraphModule.summary`` can call it without an import cycle).
 
     Args:
-        source: a graph (checked, then built on the meta device) or a built model (its live layers).
+        source: a built model (its live layers).
         depth: show subgraph nodes deeper than this collapsed to one row with their subtotals (``1``: one row
             per node of the top graph); ``None`` shows every leaf.
         **dims: sizes of the graph inputs' symbols (``B=8, T=128``); shapes, multiply-adds and activation
@@ -191,15 +191,13 @@ def summary(source: Any, *, depth: int | None = None, **dims: int) -> Summary:
     """
     model = source if hasattr(source, "plan") and hasattr(source, "node_module") else None
     if model is None:
-        if not isinstance(source, Graph):
-            raise HndlError(
-                Problem(
-                    "E_INPUT",
-                    f"summary() takes a hndl.Graph or a built GraphModule, not {type(source).__name__}",
-                    hint="load a spec file with hndl.load(path), or build one with hndl.build(graph)",
-                )
+        raise HndlError(
+            Problem(
+                "E_INPUT",
+                f"summary() takes a hndl.Graph or a built GraphModule, not {type(source).__name__}",
+                hint="load a spec file with hndl.load(path), or build one with hndl.build(graph)",
             )
-        model = build_on_meta(source)
+        )
     checked: CheckedGraph = model.plan.checked
     if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool) or depth < 1):
         raise HndlError(Problem("E_INPUT", f"depth must be an int >= 1, not {excerpt(depth)}"))
@@ -225,37 +223,6 @@ def summary(source: Any, *, depth: int | None = None, **dims: int) -> Summary:
         uncounted=tuple(maker.uncounted),
         activation_bytes=_value(activations, env) if activations is not None else "unknown",
     )
-
-
-_META_HINT = "hndl builds the model on PyTorch's meta device, which allocates no memory; the layer failed there"
-
-
-def build_on_meta(graph: Graph) -> Any:
-    """Build ``graph`` on PyTorch's ``meta`` device: the layers' constructors run and parameters get their
-    shapes, but no memory is allocated, so a model with billions of parameters is as quick as a small one and a
-    hostile spec cannot make hndl allocate gigabytes. A layer that fails there is reported as failing there
-    (there is no retry with a real build).
-    """
-    import torch
-
-    from .torch import build_module
-
-    checked = check(graph)  # static problems are raised as they are: only the build below runs on the meta device
-    try:
-        with torch.device("meta"):
-            return build_module(graph, checked)
-    except HndlError as exc:
-        # The graph checked, so these are the layers' own constructors failing; say where they ran.
-        problems = [p if p.hint else dataclasses.replace(p, hint=_META_HINT) for p in exc.problems]
-        raise HndlError(problems, title=exc.title) from exc
-    except Exception as exc:
-        raise HndlError(
-            Problem(
-                "E_PARAM",
-                f"the model could not be built on PyTorch's meta device: {type(exc).__name__}: {excerpt(str(exc))}",
-                hint="hndl builds on the meta device to count parameters, so that it allocates no memory",
-            )
-        ) from exc
 
 
 # --- rows ---------------------------------------------------------------------------------------------------

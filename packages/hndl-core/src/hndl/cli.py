@@ -191,7 +191,7 @@ def _files(args: Sequence[str]) -> Iterator[str]:
 def _prepare(file: str, *, allow_imports: bool) -> tuple[Graph, Any]:
     """Load ``file`` and build its model on the meta device; raises :class:`_Failed` with every problem."""
     graph = _load(file, allow_imports=allow_imports)
-    from ._summary import build_on_meta
+    from .torch._meta import build_on_meta
 
     try:
         return graph, build_on_meta(graph)

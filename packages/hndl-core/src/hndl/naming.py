@@ -10,10 +10,25 @@ every field it renders.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["EXCERPT_LIMIT", "SUGGESTION_CUTOFF", "closest", "dtype_name", "excerpt", "printable", "suggestion"]
+__all__ = [
+    "EXCERPT_LIMIT",
+    "NAME_RE",
+    "SUGGESTION_CUTOFF",
+    "closest",
+    "dtype_name",
+    "excerpt",
+    "printable",
+    "suggestion",
+]
+
+#: What a name of a graph, input, node, output, graph parameter or op may be: letters, digits and underscores, not
+#: starting with a digit. Here, at the bottom of the imports, because the graph, the registry, the loader and the
+#: schema all ask it.
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 #: How similar (difflib ratio) a known name must be to an unknown one to be offered as "did you mean".
 SUGGESTION_CUTOFF = 0.6

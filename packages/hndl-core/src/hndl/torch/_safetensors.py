@@ -44,7 +44,7 @@ def save(model: GraphModule, path: str | os.PathLike[str]) -> None:
     """
     from safetensors.torch import save_file
 
-    from .. import dumps
+    from .._spec_dumper import dumps
 
     spec = dumps(model.graph)
     tensors: dict[str, torch.Tensor] = {}
@@ -81,7 +81,8 @@ def load_model(path: str | os.PathLike[str]) -> GraphModule:
     """
     from safetensors import safe_open
 
-    from .. import build, loads
+    from .._spec_loader import loads
+    from ._build import build_module as build
 
     where = os.fspath(path)
     metadata = _read_metadata(where)
