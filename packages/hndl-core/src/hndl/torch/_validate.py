@@ -18,6 +18,7 @@ from .._check import CheckedGraph, CheckedNode
 from .._contracts import TensorType, Variadic, dtype_satisfies, format_shape, is_unknown
 from .._dims import DimError, evaluate, format_dim, free_symbols
 from .._errors import HndlError, Problem, describe_node
+from .._hints import call_hint, dtype_fix, shape_fix
 from .._plan import Step
 from ..naming import dtype_name
 from ._select import OutputIndexError
@@ -77,14 +78,26 @@ def check_inputs(
                 clash = [s for s in before if s in mine]
                 if clash:
                     hint = "; ".join(f"{s} was bound by input {bound_by[s]!r}" for s in clash)
+            fix = shape_fix(contract.shape, tuple(value.shape), before)
+            if fix is not None:
+                hint = call_hint(fix, name)
+                conversion = dtype_fix(dtype_name(value.dtype), contract.dtype)
+                if conversion is not None:  # a uint8 channels-last image: say both edits at once
+                    hint = f"{fix.code(name)}{conversion[0]} makes it {format_shape(fix.result)} {contract.dtype}"
             hint = hint or f"pass {name} shaped {contract.shape}, or write the shape it has in the graph's inputs"
             raise fail(reason, expected=str(contract.shape), actual=format_shape(tuple(value.shape)), hint=hint)
         for symbol in env:
             bound_by.setdefault(symbol, name)
         actual_dtype = dtype_name(value.dtype)
         if dtype_satisfies(actual_dtype, contract.dtype) is not True:
+            conversion = dtype_fix(actual_dtype, contract.dtype)
             raise fail(
-                f"dtype must be {contract.dtype}, got {actual_dtype}", expected=contract.dtype, actual=actual_dtype
+                f"dtype must be {contract.dtype}, got {actual_dtype}",
+                expected=contract.dtype,
+                actual=actual_dtype,
+                hint=None
+                if conversion is None
+                else f"convert it: {name}{conversion[0]}" + (f" ({conversion[1]})" if conversion[1] else ""),
             )
         if _mixes_with(value, contract.dtype, model_dtype):
             model = dtype_name(model_dtype)
