@@ -14,7 +14,7 @@ import yaml
 from ._errors import HndlError, Problem, ProblemList
 from ._graph import Graph
 from ._yaml_reader import CORE_RESOLVERS, STR
-from .naming import excerpt
+from .naming import NAME_RE, excerpt
 
 __all__ = ["FORMAT_VERSION", "NODE_KEYS", "dumps", "flow_yaml"]
 
@@ -89,7 +89,8 @@ def dumps(graph: Graph) -> str:
     """Write ``graph`` as spec text (YAML), deterministically.
 
     Keys come in a fixed order (``hndl``, ``name``, ``inputs``, ``nodes``, ``outputs``, ``graphs``), nodes
-    in the graph's order, one node per line. Parameters are written as they were given: inferred ones
+    in the graph's order, one node per line. Outputs are a list of references, or, when one has a name or a
+    contract, a mapping of name to reference or ``{from, shape, dtype}``. Parameters are written as they were given: inferred ones
     (``in_features``) stay out unless the graph states them. ``loads(dumps(g))`` builds the same model as
     ``g`` (same modules, parameter names and shapes).
 
@@ -148,8 +149,43 @@ def _graph_lines(graph: Graph, indent: str, problems: ProblemList) -> list[str]:
                 continue
             entry[key] = plain
         lines += _entry(f"{indent}  ", name, flow_yaml(entry))
-    lines.append(f"{indent}outputs: {flow_yaml(list(graph.outputs))}")
+    named = _named_outputs(graph)
+    if named is None:
+        lines.append(f"{indent}outputs: {flow_yaml(list(graph.outputs))}")
+    else:
+        lines.append(f"{indent}outputs:")
+        for name, value in named.items():
+            lines += _entry(f"{indent}  ", name, flow_yaml(value))
     return lines
+
+
+def _named_outputs(graph: Graph) -> dict[str, Any] | None:
+    """The outputs as ``{name: ref or {from, shape, dtype}}`` when one has a name or a contract, else ``None``
+    (the list form). An output without a name takes its reference's, or ``output_<i>`` when that is not a name
+    or is taken."""
+    specs = [graph.output_specs[i] if i < len(graph.output_specs) else None for i in range(len(graph.outputs))]
+    if not any(spec is not None and (spec.name is not None or spec.declares) for spec in specs):
+        return None
+    taken = {spec.name for spec in specs if spec is not None and spec.name is not None}
+    out: dict[str, Any] = {}
+    for i, (ref, spec) in enumerate(zip(graph.outputs, specs)):
+        name = spec.name if spec is not None else None
+        if name is None:
+            candidate = ref.replace(".", "_")
+            name = candidate if NAME_RE.match(candidate) and candidate not in taken else f"output_{i}"
+            while name in taken:
+                name = f"_{name}"
+            taken.add(name)
+        if spec is None or not spec.declares:
+            out[name] = ref
+            continue
+        value: dict[str, Any] = {"from": ref}
+        if spec.shape is not None:
+            value["shape"] = spec.shape.to_spec()
+        if spec.dtype is not None:
+            value["dtype"] = spec.dtype
+        out[name] = value
+    return out
 
 
 def _entry(indent: str, key: str, value: str) -> list[str]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._contracts import Contract
+from ._contracts import Contract, ShapePattern, parse_dtype_rule
 from ._errors import HndlError, Problem, ProblemList
 from ._graph import Graph
 from ._graph_params import is_reference
@@ -28,6 +28,9 @@ ROOT_KEYS = ("hndl", "name", "params", "inputs", "nodes", "outputs", "graphs")
 SUBGRAPH_KEYS = ("params", "inputs", "nodes", "outputs")
 REQUIRED_KEYS = ("inputs", "nodes", "outputs")
 INPUT_KEYS = ("shape", "dtype", "device")
+#: The keys of a named output (``outputs: {logits: {from: head, shape: [B, 10]}}``): what it returns, and its contract
+#: in the words an input's contract uses.
+OUTPUT_KEYS = ("from", "shape", "dtype")
 
 _TEXT_LABEL = "<string>"
 _MISSING_HINTS = {
@@ -568,12 +571,18 @@ class _SpecBuilder:
         return [i.value for i in items]
 
     def _outputs(self, graph: Graph, entry: Located, what: str) -> None:
+        """A list of references (``[out]``, or one reference), or a mapping of output name to a reference or to
+        ``{from: ref, shape: [...], dtype: ...}``: a named output with its contract."""
+        if isinstance(entry.value, dict):
+            self._named_outputs(graph, entry, what)
+            return
         if not isinstance(entry.value, (list, str)):
             self.add(
                 "E_SPEC",
-                f"'outputs' of {what} must be a list of references, got {describe(entry.value)}",
+                f"'outputs' of {what} must be a list of references, or a mapping of output name to a reference or "
+                f"{{from: ..., shape: [...]}}, got {describe(entry.value)}",
                 entry.loc,
-                hint="e.g. outputs: [out]",
+                hint="e.g. outputs: [out], or outputs: {logits: {from: out, shape: [B, 10]}}",
             )
             return
         # A single reference is accepted as a one-item list.
@@ -587,7 +596,110 @@ class _SpecBuilder:
                     f"output {i} of {what} must be a reference (an input or node name, or node.port), "
                     f"got {describe(item.value)}",
                     item.loc,
+                    hint="a named output with a contract goes in a mapping: outputs: {logits: {from: out, shape: [B, 10]}}"
+                    if isinstance(item.value, dict)
+                    else None,
                 )
                 continue
             graph.output(item.value)
             graph.output_locations[-1] = item.loc
+
+    def _named_outputs(self, graph: Graph, entry: Located, what: str) -> None:
+        self._duplicate_names(entry, "output")
+        for name, spec in entry.value.items():
+            loc = entry.keys[name]
+            if not self._name_ok(name, "output", loc) or spec.failed:
+                continue
+            self._duplicates(spec, node=name, op="output")
+            if isinstance(spec.value, str):  # a name for a reference, no contract
+                self._output(graph, name, spec.value, spec.loc, None, None)
+                continue
+            if not isinstance(spec.value, dict):
+                self.add(
+                    "E_SPEC",
+                    f"an output must be a reference or a mapping such as {{from: out, shape: [B, 10]}}, "
+                    f"got {describe(spec.value)}",
+                    spec.loc,
+                    node=name,
+                    op="output",
+                )
+                continue
+            ok = spec.ok
+            for key, key_at in spec.keys.items():
+                if key not in OUTPUT_KEYS:
+                    hint = suggestion(key, OUTPUT_KEYS) or "an output takes: from, shape, dtype"
+                    self.add("E_SPEC", f"unknown key {excerpt(key)}", key_at, node=name, op="output", hint=hint)
+                    ok = False
+            ref = spec.value.get("from")
+            if ref is None:
+                self.add(
+                    "E_SPEC",
+                    "missing key 'from'",
+                    loc,
+                    node=name,
+                    op="output",
+                    hint="add from: <the node whose value this output returns>",
+                )
+                continue
+            if not ref.failed and not isinstance(ref.value, str):
+                self.add(
+                    "E_SPEC",
+                    f"'from' must be a reference (an input or node name, or node.port), got {describe(ref.value)}",
+                    ref.loc,
+                    node=name,
+                    op="output",
+                )
+                ok = False
+            shape, dtype = spec.value.get("shape"), spec.value.get("dtype")
+            # Each key of the contract on its own, so that a problem is reported at the key it is about.
+            for part, make in ((shape, ShapePattern.parse), (dtype, parse_dtype_rule)):
+                if part is None:
+                    continue
+                if part.failed:  # reported where it was read
+                    ok = False
+                    continue
+                if part is shape and not isinstance(part.value, list):
+                    self.add(
+                        "E_SPEC",
+                        f"'shape' must be a list such as [B, 10], got {describe(part.value)}",
+                        part.loc,
+                        node=name,
+                        op="output",
+                    )
+                    ok = False
+                    continue
+                try:
+                    make(part.plain())
+                except ValueError as exc:
+                    self.add("E_SPEC", _bounded(str(exc)), part.loc, node=name, op="output")
+                    ok = False
+            if ok:
+                self._output(
+                    graph,
+                    name,
+                    ref.value,
+                    ref.loc,
+                    None if shape is None else shape.plain(),
+                    None if dtype is None else dtype.value,
+                    declared_at=loc,
+                )
+
+    def _output(
+        self,
+        graph: Graph,
+        name: str,
+        ref: str,
+        loc: str,
+        shape: Any,
+        dtype: Any,
+        *,
+        declared_at: str | None = None,
+    ) -> None:
+        try:
+            graph.output(ref, name, shape=shape, dtype=dtype)
+        except HndlError as exc:
+            for p in exc.problems:
+                self.add(p.code, p.message, declared_at or loc, node=name, op="output", hint=p.hint)
+            return
+        graph.output_locations[-1] = loc
+        graph.output_specs[-1].location = declared_at or loc

@@ -175,7 +175,7 @@ def build_example(o: OpDef) -> dict[str, Any]:
         py.append(f"g.output(g.add({o.name!r}{args}, name={name!r}{kwargs}))\n")
     else:
         py.append(f"node = g.add({o.name!r}{args}, name={name!r}{kwargs})\n")
-        py.append("g.output(" + ", ".join(f"node[{int(p) if p.isdigit() else p!r}]" for p in ports) + ")\n")
+        py.append("g.output([" + ", ".join(f"node[{int(p) if p.isdigit() else p!r}]" for p in ports) + "])\n")
     if block is not None:
         sub = []
         for gname in sorted({str(node.get(p, "block")) for p in graph_params}):
@@ -195,7 +195,7 @@ def build_example(o: OpDef) -> dict[str, Any]:
         for gname in sorted({str(node.get(p, "block")) for p in graph_params}):
             g.add_subgraph(_example_block_graph(gname, shape))
         handle = g.add(o.name, *handles, name=name, **node)
-        g.output(*([handle] if len(outs) == 1 else [handle[p] for p in ports]))
+        g.output(handle if len(outs) == 1 else [handle[p] for p in ports])
         checked = hndl.check(g)
         cn = checked.nodes[-1]
         names = o.output_names(cn.params)
