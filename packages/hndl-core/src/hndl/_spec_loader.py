@@ -653,7 +653,7 @@ class _SpecBuilder:
             shape, dtype = spec.value.get("shape"), spec.value.get("dtype")
             # Each key of the contract on its own, so that a problem is reported at the key it is about.
             for part, make in ((shape, ShapePattern.parse), (dtype, parse_dtype_rule)):
-                if part is None:
+                if part is None or (part is dtype and part.ok and part.value is None):  # dtype: null declares none
                     continue
                 if part.failed:  # reported where it was read
                     ok = False
