@@ -152,18 +152,28 @@ def load_model(path: str | os.PathLike[str]) -> GraphModule:
     return load_file(path)
 
 
-def summary(source: Graph | GraphModule, *, depth: int | None = None, **dims: int) -> Summary:
+def summary(
+    source: Graph | GraphModule,
+    *,
+    depth: int | None = None,
+    input_size: Any = None,
+    **dims: int,
+) -> Summary:
     """The :class:`Summary` of a graph or a built model: one row per node (qualified name, op and layer class,
     the nodes feeding it, output shape, parameters, multiply-adds) and totals (trainable and non-trainable
     parameters, buffers, size in MB, multiply-adds, activation memory). Prints as the table.
 
     A graph is checked and built on PyTorch's meta device (nothing allocated); a built model is summarised as
-    it is (a frozen parameter counts as non-trainable). ``dims`` bind the inputs' symbols (``B=8``); without
-    them, multiply-adds and activation memory are expressions. ``depth=1`` shows each subgraph node as one row
-    with its subtotals.
+    it is (a frozen parameter counts as non-trainable). A parameter shared by several nodes (tied weights) is
+    counted in the first row that has it and marked in the others, so the rows add up to the total. ``dims``
+    bind the inputs' symbols (``B=8``), or ``input_size`` binds them from the inputs' sizes as torchinfo takes
+    them (``input_size=(8, 3, 224, 224)``; a list of sizes for several inputs); without them, multiply-adds and
+    activation memory are expressions, and the table names the symbols left. ``depth=1`` shows each subgraph
+    node as one row with its subtotals.
 
     Raises:
-        HndlError: E_INPUT for a dim the inputs do not have; whatever checking or building the graph raises.
+        HndlError: E_INPUT for a dim the inputs do not have, or an ``input_size`` that does not fit them;
+            whatever checking or building the graph raises.
     """
     from ._summary import summary as make_summary
 
@@ -171,7 +181,7 @@ def summary(source: Graph | GraphModule, *, depth: int | None = None, **dims: in
         from .torch._meta import build_on_meta
 
         source = build_on_meta(source)
-    return make_summary(source, depth=depth, **dims)
+    return make_summary(source, depth=depth, input_size=input_size, **dims)
 
 
 def draw(

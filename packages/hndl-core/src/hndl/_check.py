@@ -79,6 +79,12 @@ class CheckedNode:
         """A problem about this node, named and located the standard way (for build and run-time checks)."""
         return Problem(code, message, node=self.qualname, op=self.op, location=self.location, **fields)
 
+    def __repr__(self) -> str:
+        # Short on purpose: the dataclass repr printed the OpDef and every subgraph repetition in full.
+        ins = ", ".join(str(t) for t in self.in_types) or "nothing"
+        outs = ", ".join(str(t) for t in self.out_types) or "nothing"
+        return f"<CheckedNode {self.op} '{self.qualname}': {ins} -> {outs}>"
+
 
 @dataclass(frozen=True)
 class DeclaredOutput:
@@ -119,6 +125,25 @@ class CheckedGraph:
     @property
     def output_types(self) -> list[TensorType]:
         return [self.types[v] for v in self.output_ids]
+
+    def __repr__(self) -> str:
+        """One line, whatever the graph's size: ``print(hndl.check(g))`` says what was checked, not every node
+        (the dataclass repr of a ResNet-50 was 24.6 KB); the nodes are in :attr:`nodes`, the table in
+        :func:`hndl.summary`."""
+        ins = ", ".join(f"{n} {self.types[v]}" for n, v in zip(self.input_names, self.input_ids))
+        outs = ", ".join(
+            f"{self.graph.output_name(i)} {t}" if i < len(self.graph.outputs) else str(t)
+            for i, t in enumerate(self.output_types)
+        )
+        leaves = _count_leaves(self)
+        return (
+            f"<CheckedGraph '{self.graph.name}': {ins or 'no inputs'} -> {outs or 'no outputs'}; "
+            f"{leaves} node{'s' if leaves != 1 else ''} checked>"
+        )
+
+
+def _count_leaves(graph: CheckedGraph) -> int:
+    return sum(sum(_count_leaves(body) for body in node.body) if node.body else 1 for node in graph.nodes)
 
 
 def check(graph: Graph) -> CheckedGraph:

@@ -4,6 +4,7 @@
 
     hndl check FILE|DIR...            every problem in every file, as file:line:col: CODE op 'node': message
     hndl summary FILE [--dims B=8]    one row per node: op and layer, inputs, shapes, parameters, MACs; totals
+                 [--input-size 8,3,224,224]  (the symbols bound from the inputs' sizes instead)
     hndl draw FILE -o OUT             a picture: .svg or .png (Graphviz), .dot or .mmd (text)
 
 FILE may be ``-`` (the spec on stdin) or ``zoo:NAME`` (a model of ``hndl.zoo``, when installed). ``check`` never
@@ -78,6 +79,14 @@ def _dims(text: str) -> dict[str, int]:
     return dims
 
 
+def _size(text: str) -> tuple[int, ...]:
+    """``8,3,224,224`` -> ``(8, 3, 224, 224)``: one input's size (argparse reports the error as a usage error)."""
+    parts = [part.strip() for part in text.replace("x", ",").split(",") if part.strip()]
+    if not parts or not all(part.isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 8,3,224,224")
+    return tuple(int(part) for part in parts)
+
+
 def _depth(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a depth (1, 2, ...)")
@@ -124,6 +133,13 @@ def parser() -> argparse.ArgumentParser:
     )
     summary_cmd.add_argument("file", metavar="FILE", help=file_help)
     summary_cmd.add_argument("--dims", type=_dims, default={}, metavar="B=8,...", help=dims_help)
+    summary_cmd.add_argument(
+        "--input-size",
+        type=_size,
+        action="append",
+        metavar="8,3,224,224",
+        help="an input's size, binding the symbols of its shape (torchinfo's input_size); once per input, in order",
+    )
     summary_cmd.add_argument("--depth", type=_depth, default=None, metavar="N", help=depth_help)
     summary_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
 
@@ -292,7 +308,13 @@ def _summary(args: argparse.Namespace, *, out: IO[str]) -> int:
     try:
         _, model = _prepare(args.file, allow_imports=args.allow_imports)
         try:
-            table = summary(model, depth=args.depth, **args.dims)
+            sizes = args.input_size
+            table = summary(
+                model,
+                depth=args.depth,
+                input_size=None if sizes is None else sizes[0] if len(sizes) == 1 else sizes,
+                **args.dims,
+            )
         except HndlError as exc:
             raise _Failed(exc.problems) from None
     except _Failed as exc:
