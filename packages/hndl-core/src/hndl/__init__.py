@@ -190,20 +190,22 @@ def draw(
     *,
     format: str | None = None,
     depth: int | None = None,
+    dpi: int = 300,
     **dims: int,
 ) -> str | bytes:
-    """A picture of a graph or a built model: one box per node (op and output shape), the wires, subgraph
-    nodes as clusters (one box below ``depth``). ``path``'s suffix picks the format: ``.svg``/``.png``
-    (Graphviz: the ``graphviz`` package and its ``dot`` program), ``.dot``/``.gv`` or ``.mmd`` (text, no
-    Graphviz); without a path, ``format`` does (``"dot"`` by default). Writes ``path`` when given; returns the
-    text or the image's bytes. ``dims`` fill in the shapes.
+    """A picture of a graph or a built model: one box per node (op and key settings such as ``conv2d 3x3/2, 64``,
+    output shape, parameter count), the wires, subgraph nodes as clusters (one box below ``depth``). ``path``'s
+    suffix picks the format: ``.svg``/``.png`` (Graphviz's ``dot`` program; a PNG at ``dpi``, 300 for print),
+    ``.dot``/``.gv`` or ``.mmd`` (text, no Graphviz); without a path, ``format`` does (``"dot"`` by default).
+    Writes ``path`` when given; returns the text or the image's bytes. ``dims`` fill in the shapes.
 
     Raises:
-        HndlError: E_INPUT for an unknown format; E_RUNTIME for SVG/PNG without Graphviz (says how to install it).
+        HndlError: E_INPUT for an unknown format or dpi; E_RUNTIME for SVG/PNG without Graphviz's ``dot`` (says
+            how to install it), or when it fails.
     """
     from ._draw import draw as make_drawing
 
-    return make_drawing(source, path, format=format, depth=depth, **dims)
+    return make_drawing(source, path, format=format, depth=depth, dpi=dpi, **dims)
 
 
 def __getattr__(name: str) -> Any:

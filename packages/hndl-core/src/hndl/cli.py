@@ -5,7 +5,7 @@
     hndl check FILE|DIR...            every problem in every file, as file:line:col: CODE op 'node': message
     hndl summary FILE [--dims B=8]    one row per node: op and layer, inputs, shapes, parameters, MACs; totals
                  [--input-size 8,3,224,224]  (the symbols bound from the inputs' sizes instead)
-    hndl draw FILE -o OUT             a picture: .svg or .png (Graphviz), .dot or .mmd (text)
+    hndl draw FILE -o OUT [--dpi N]   a picture: .svg or .png (Graphviz's dot; PNG at 300 dpi), .dot or .mmd
 
 FILE may be ``-`` (the spec on stdin) or ``zoo:NAME`` (a model of ``hndl.zoo``, when installed). ``check`` never
 imports torch unless asked to build the layers (``--build``), so it answers at once. Also runnable as
@@ -87,6 +87,12 @@ def _size(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in parts)
 
 
+def _dpi(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 2400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a resolution from 1 to 2400 (e.g. 300)")
+    return int(text)
+
+
 def _depth(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a depth (1, 2, ...)")
@@ -146,14 +152,17 @@ def parser() -> argparse.ArgumentParser:
     draw_cmd = commands.add_parser(
         "draw",
         help="draw the graph as SVG, PNG, DOT or Mermaid",
-        description="Check a spec file and draw its graph: one box per node (op and output shape), the wires, "
-        "subgraph nodes as clusters. The output's suffix picks the format: .svg and .png need Graphviz (the "
-        "graphviz Python package and the dot program); .dot/.gv and .mmd are text and need nothing.",
+        description="Check a spec file and draw its graph: one box per node (op and key settings, output shape, "
+        "parameters), the wires, subgraph nodes as clusters. The output's suffix picks the format: .svg and .png "
+        "need Graphviz's dot program; .dot/.gv and .mmd are text and need nothing.",
     )
     draw_cmd.add_argument("file", metavar="FILE", help=file_help)
     draw_cmd.add_argument("-o", "--output", required=True, metavar="OUT", help="model.svg, .png, .dot, .gv or .mmd")
     draw_cmd.add_argument("--dims", type=_dims, default={}, metavar="B=8,...", help=dims_help)
     draw_cmd.add_argument("--depth", type=_depth, default=None, metavar="N", help=depth_help)
+    draw_cmd.add_argument(
+        "--dpi", type=_dpi, default=None, metavar="N", help="a PNG's resolution (default 300, print quality)"
+    )
     draw_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
     return top
 
@@ -331,7 +340,8 @@ def _draw(args: argparse.Namespace, *, out: IO[str]) -> int:
     try:
         graph = _load(args.file, allow_imports=args.allow_imports)
         try:
-            draw(graph, args.output, depth=args.depth, **args.dims)
+            dpi = {} if args.dpi is None else {"dpi": args.dpi}
+            draw(graph, args.output, depth=args.depth, **dpi, **args.dims)
         except HndlError as exc:
             raise _Failed(exc.problems) from None
         except OSError as exc:
