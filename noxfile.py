@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import nox
@@ -35,20 +37,71 @@ nox.options.sessions = ["tests", "lint", "docs"]
 # reruns in seconds instead of rebuilding five venvs. `nox -R` also skips the install step entirely. CI starts
 # from a clean clone and passes --no-reuse-existing-virtualenvs, so every install set is installed fresh there.
 nox.options.reuse_existing_virtualenvs = True
+# uv makes the venvs when it is installed (`pip install "nox[uv]"`, as the README and .ci/run do), pip otherwise.
+# The first run builds five venvs that each hold torch: pip unpacked the 700 MB of torch's files five times (18.5
+# minutes on 2 cores for `nox -s tests lint docs`), uv unpacks them once into its cache and links them into each
+# venv. Seeded with pip: tests/zoo builds a wheel with `python -m pip wheel`.
+nox.options.default_venv_backend = "uv|virtualenv"
+os.environ.setdefault("UV_VENV_SEED", "1")
+
+
+def _pip_settings() -> dict[str, str]:
+    """pip's own configuration here (``pip config list``: files and ``PIP_*`` variables, the later scope winning),
+    as ``{"find-links": ..., "extra-index-url": ..., ...}``; empty when pip cannot say."""
+    try:
+        listed = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    rank = {"global": 0, "user": 1, "site": 2, ":env:": 3}
+    found: dict[str, tuple[int, str]] = {}
+    for line in listed.splitlines():
+        key, sep, value = line.partition("=")
+        scope, dot, name = key.rpartition(".")
+        if not sep or not dot:
+            continue
+        level = rank.get(scope, 0)
+        if name not in found or found[name][0] <= level:
+            found[name] = (level, value.strip().strip("'\""))
+    return {name: value for name, (_, value) in found.items()}
+
+
+def _point_uv_where_pip_looks() -> None:
+    """uv reads no pip configuration: give it pip's (a machine whose torch wheel is found through pip's
+    ``find-links``, as the local CPU build is here, would otherwise resolve torch from PyPI). A ``UV_*`` variable
+    already set wins."""
+    pip = _pip_settings()
+    as_uv = {
+        "find-links": ("UV_FIND_LINKS", ","),  # uv separates these with commas, pip with spaces
+        "extra-index-url": ("UV_EXTRA_INDEX_URL", " "),
+        "index-url": ("UV_INDEX_URL", " "),
+        "constraint": ("UV_CONSTRAINT", " "),
+        "cert": ("SSL_CERT_FILE", " "),
+        "default-timeout": ("UV_HTTP_TIMEOUT", " "),
+        "timeout": ("UV_HTTP_TIMEOUT", " "),
+    }
+    for name, (variable, separator) in as_uv.items():
+        if pip.get(name):
+            os.environ.setdefault(variable, separator.join(pip[name].split()))
+
+
+_point_uv_where_pip_looks()
 
 CORE = "packages/hndl-core"
 FUNC = "packages/hndl-func"
 DOCS = "packages/hndl-docs"
 # jsonschema: tests/core/test_spec_schema.py holds the published schema to the loader; torchinfo:
-# tests/core/test_summary_torchinfo.py holds hndl.summary's totals to torchinfo's. Without them those tests skip.
+# tests/core/test_summary_torchinfo.py holds hndl.summary's totals to torchinfo's; markdown-it-py:
+# tests/docs/test_op_page_formulas.py renders the op pages as CommonMark. Without them those tests skip.
 # pytest-xdist: the sessions spread tests over the cores (``-n auto``); plain ``pytest`` works without it.
 TEST_DEPS = [
     "pytest>=8",
     "pytest-xdist>=3.5",
     "hypothesis>=6.100",
     "jsonschema>=4.18",
-    "graphviz>=0.20",
     "torchinfo>=1.8",
+    "markdown-it-py>=3",
 ]
 PYTEST = ["pytest", "-q", "-p", "no:cacheprovider", "-n", "auto"]
 # Every session installs torch through this constraints file: hndl-core accepts a torch range, and without the
@@ -91,7 +144,8 @@ def _install_once(session: nox.Session, *args: str) -> None:
         session.log("dependencies and sources unchanged: reusing the installed packages")
         return
     if previous[:1] == [deps_key] and regular:
-        session.install("--no-deps", "--force-reinstall", *TORCH_213, *regular)
+        reinstall = "--reinstall" if getattr(session, "venv_backend", "") == "uv" else "--force-reinstall"
+        session.install("--no-deps", reinstall, *TORCH_213, *regular)
     else:
         session.install(*args)
     if stamp is not None:
