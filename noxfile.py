@@ -11,7 +11,8 @@
 - docs: the reference docs are current (``python -m hndl.docs --check``) and the Sphinx site builds.
 - bench: the benchmarks (marked ``benchmark``, in benchmarks/ and tests/func/), which compare against
   hand-written PyTorch (and torch.func) in one process.
-- install_docs: the README's set-up command and the quickstart's shell and python blocks, run exactly as written
+- install_docs: the README's set-up and drawing commands, the quickstart's shell and python blocks, and the
+  tutorial's shell commands (after the set-up and its first python block), run exactly as written
   (``bash -euo pipefail``, fresh venvs) in a clean copy of the checkout's tracked files; a failing block is shown
   with its page and line. The blocks are read by tests/support/shell_blocks.py, as tests/docs/test_install_docs.py
   reads them.
@@ -203,7 +204,7 @@ def install_docs(session: nox.Session) -> None:
     import time
 
     sys.path.insert(0, str(Path("tests", "support").resolve()))
-    from shell_blocks import BlockFailed, clean_copy, run_blocks, shown_output, walkthroughs
+    from shell_blocks import IN_PAGE_ORDER, BlockFailed, clean_copy, run_blocks, shown_output, walkthroughs
 
     checkout = Path.cwd()
     for page, blocks in walkthroughs(checkout).items():
@@ -211,7 +212,13 @@ def install_docs(session: nox.Session) -> None:
         session.log(f"{page}: {len(blocks)} blocks, in a clean copy at {copy}")
         started = time.monotonic()
         try:
-            run_blocks(blocks, clean_copy(checkout, copy), shown=shown_output(page, checkout), log=session.log)
+            run_blocks(
+                blocks,
+                clean_copy(checkout, copy),
+                shown=shown_output(page, checkout),
+                log=session.log,
+                in_order=page in IN_PAGE_ORDER,
+            )
         except BlockFailed as exc:
             session.error(f"{exc}\n(the copy is kept at {copy})")
         shutil.rmtree(copy)

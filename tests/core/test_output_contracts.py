@@ -170,7 +170,7 @@ def test_the_forgotten_flatten_is_an_e_shape_at_the_node_that_made_the_shape_wit
     assert (p.expected, p.actual) == ("[B, 10]", "[B, 16, 16, 10]")
     assert p.hint == (
         "add a node {op: flatten, start_dim: 1} before linear 'fc': it makes [B, 16, 16, 16] into [B, 4096], "
-        "and linear 'fc' then makes [B, 10]"
+        "and the output is then [B, 10]"
     )
 
 
@@ -294,3 +294,19 @@ def test_a_module_output_is_held_to_its_declared_dtype_at_run_time() -> None:
         "output 'y' is declared float64, got float32",
     )
     assert model(torch.randn(2, 8, dtype=torch.float64)).dtype == torch.float64
+
+
+def test_the_fix_goes_before_the_first_node_that_should_have_had_it() -> None:
+    # Regression: in a classifier with two linears after the convolutions, a flatten before the last linear
+    # also makes [B, 10], but the first linear would then run over a spatial dim.
+    text = FORGOTTEN_FLATTEN.replace(
+        "  fc: {op: linear, in: act, out_features: 10}\n",
+        "  hidden: {op: linear, in: act, out_features: 64}\n  act2: {op: relu, in: hidden}\n"
+        "  fc: {op: linear, in: act2, out_features: 10}\n",
+    )
+    (p,) = problems(hndl.loads(text))
+    assert (p.node, p.message) == ("fc", "output 'logits' is declared [B, 10], but this node makes it [B, 16, 16, 10]")
+    assert p.hint == (
+        "add a node {op: flatten, start_dim: 1} before linear 'hidden': it makes [B, 16, 16, 16] into [B, 4096], "
+        "and the output is then [B, 10]"
+    )

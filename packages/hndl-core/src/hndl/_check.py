@@ -396,34 +396,38 @@ class _Checker:
         self, pattern: ShapePattern, t: TensorType, env: Mapping[str, Any], node: CheckedNode | None
     ) -> str | None:
         """The edit that makes an output meet its declared shape: applied to the output itself, or else to the
-        input of the node that made the shape (a ``flatten`` forgotten before a ``linear``), re-inferring it."""
+        input of a node before it, the nodes from there on re-inferred (a ``flatten`` forgotten before a
+        ``linear``). Of the nodes where an edit works, the first that changes a shape is named: a flatten before
+        a classifier's first linear, not before its last."""
         assert t.shape is not None
         named = f"{node.op} '{node.qualname}'" if node is not None else "it"
         fix = shape_fix(pattern, t.shape, env)
         if fix is not None:
             return node_hint(fix, where=f"after {named}")
-        if node is None or node.body or len(node.in_types) != 1 or node.in_types[0].shape is None:
-            return None
-        given = node.in_types[0]
-        # The node's own inferred parameters (in_features) follow its new input.
-        params = Params({k: (None if _inferred(node.opdef, k) else v) for k, v in node.params.items()})
-
-        def ignore(code: str, message: str, *, key: str | None = "in", **fields: Any) -> None:
-            return None
-
-        for candidate in fix_candidates(tuple(given.shape)):
-            ports = bind_ports(node.opdef, [TensorType(candidate.result, given.dtype)], params)
-            if ports is None:
-                continue
-            with collect_requirements():
-                inferred = infer_node(node.opdef, params, (), ports, ignore)
-            if inferred is None or len(inferred[1]) != 1 or inferred[1][0].shape is None:
-                continue
-            after = inferred[1][0].shape
-            if pattern.match(after, dict(env), strict=True) == "":
-                text = node_hint(candidate, where=f"before {named}")
-                return None if text is None else f"{text}, and {named} then makes {format_shape(after)}"
+        chain = self._chain_to(node)
+        for start, before in enumerate(chain):
+            if before.in_types[0].shape == before.out_types[0].shape:
+                continue  # an edit before a node that keeps shapes is an edit before the next one
+            given = before.in_types[0]
+            for candidate in fix_candidates(tuple(given.shape or ())):
+                after = _reinfer(chain[start:], TensorType(candidate.result, given.dtype))
+                if after is None or after.shape is None:
+                    continue
+                if pattern.match(after.shape, dict(env), strict=True) == "":
+                    text = node_hint(candidate, where=f"before {before.op} '{before.qualname}'")
+                    return None if text is None else f"{text}, and the output is then {format_shape(after.shape)}"
         return None
+
+    def _chain_to(self, node: CheckedNode | None) -> list[CheckedNode]:
+        """The nodes of one input each that lead to ``node`` (``node`` last), as far back as they go (at most
+        16): where a forgotten edit may be."""
+        chain: list[CheckedNode] = []
+        while node is not None and len(chain) < 16 and len(node.inputs) == 1 and not node.body and node.out_types:
+            if node.in_types[0].shape is None:
+                break
+            chain.append(node)
+            node = self.producers.get(node.inputs[0])
+        return chain[::-1]
 
     def _bind(self, node: Node, bindings: Mapping[str, Any], qual: str) -> Node | None:
         """``node`` with its graph-parameter references replaced by their values; ``None`` once reported."""
@@ -777,3 +781,28 @@ def _bind_output_pattern(pattern: ShapePattern, bindings: Mapping[str, Any]) -> 
     """An output's declared shape with the dims that name integer graph parameters replaced by their values."""
     contract, reason = bind_contract(Contract(pattern, "any"), bindings)
     return contract.shape, reason
+
+
+def _reinfer(chain: Sequence[CheckedNode], given: TensorType) -> TensorType | None:
+    """The type that comes out of ``chain`` (nodes of one input each, in order) when its first node gets
+    ``given``: each node inferred again with its inferred parameters (``in_features``) following its new input;
+    ``None`` when a node does not take it."""
+
+    def ignore(code: str, message: str, *, key: str | None = "in", **fields: Any) -> None:
+        return None
+
+    current = given
+    for node in chain:
+        params = Params({k: (None if _inferred(node.opdef, k) else v) for k, v in node.params.items()})
+        ports = bind_ports(node.opdef, [current], params)
+        if ports is None:
+            return None
+        try:
+            with collect_requirements():
+                inferred = infer_node(node.opdef, params, (), ports, ignore)
+        except DimError:
+            return None
+        if inferred is None or len(inferred[1]) != 1:
+            return None
+        current = inferred[1][0]
+    return current
