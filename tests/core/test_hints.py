@@ -211,3 +211,12 @@ def test_the_static_and_run_time_hints_come_from_one_search() -> None:
         "add a node {op: permute, dims: [0, 3, 1, 2]} before it: it makes [8, 32, 32, 3] into [8, 3, 32, 32]"
         " (channels-last to channels-first)"
     )
+
+
+def test_a_uint8_graph_input_into_a_float_layer_hints_the_normalising_conversion() -> None:
+    p = spec_problem(
+        "hndl: 1\ninputs:\n  x: {shape: [B, 3, 32, 32], dtype: uint8}\n"
+        "nodes:\n  conv: {op: conv2d, in: x, out_channels: 8, kernel_size: 3}\noutputs: [conv]\n"
+    )
+    assert (p.code, p.node) == ("E_DTYPE", "conv")
+    assert p.hint == "declare the input's dtype: float32, and pass a floating tensor (x.float() / 255 in torch)"

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
-from ._contracts import TensorType, dtype_satisfies, format_shape, is_unknown, unknown_dim
+from ._contracts import DTYPES, TensorType, dtype_satisfies, format_shape, is_unknown, unknown_dim
 from ._dims import format_dim, free_symbols
-from ._hints import node_hint, shape_fix
+from ._hints import dtype_fix, node_hint, shape_fix
 from ._registry import InferError, OpDef, Params, Port
 
 __all__ = ["BoundPorts", "Report", "active_ports", "bind_ports", "declared_output_types", "infer_node"]
@@ -264,5 +264,8 @@ def _dtype_hint(port: Port, t: TensorType) -> str | None:
         return "give both the same dtype: declare it on the graph inputs they come from, e.g. dtype: float32"
     if port.dtype.startswith("float") and not t.dtype.startswith("float"):
         example = "float32" if port.dtype == "float" else port.dtype
-        return f"declare the input's dtype: {example}, and pass a floating tensor (x.float() in torch)"
+        # The conversion the run-time check would suggest for a tensor of this dtype (x.float() / 255 for uint8).
+        conversion = dtype_fix(t.dtype, port.dtype) if t.dtype in DTYPES else None
+        code = f"x{conversion[0]}" if conversion is not None else "x.float()"
+        return f"declare the input's dtype: {example}, and pass a floating tensor ({code} in torch)"
     return None
