@@ -46,45 +46,21 @@ nox.options.default_venv_backend = "uv|virtualenv"
 os.environ.setdefault("UV_VENV_SEED", "1")
 
 
-def _pip_settings() -> dict[str, str]:
-    """pip's own configuration here (``pip config list``: files and ``PIP_*`` variables, the later scope winning),
-    as ``{"find-links": ..., "extra-index-url": ..., ...}``; empty when pip cannot say."""
+def _point_uv_where_pip_looks() -> None:
+    """uv reads no pip configuration: give it pip's (a machine whose torch wheel is found through pip's
+    ``find-links``, as the local CPU build is here, would otherwise resolve torch from PyPI). A variable already
+    set wins. See tests/support/pip_to_uv.py."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "tests" / "support"))
+    from pip_to_uv import uv_environment
+
     try:
         listed = subprocess.run(
             [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60, check=False
         ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    rank = {"global": 0, "user": 1, "site": 2, ":env:": 3}
-    found: dict[str, tuple[int, str]] = {}
-    for line in listed.splitlines():
-        key, sep, value = line.partition("=")
-        scope, dot, name = key.rpartition(".")
-        if not sep or not dot:
-            continue
-        level = rank.get(scope, 0)
-        if name not in found or found[name][0] <= level:
-            found[name] = (level, value.strip().strip("'\""))
-    return {name: value for name, (_, value) in found.items()}
-
-
-def _point_uv_where_pip_looks() -> None:
-    """uv reads no pip configuration: give it pip's (a machine whose torch wheel is found through pip's
-    ``find-links``, as the local CPU build is here, would otherwise resolve torch from PyPI). A ``UV_*`` variable
-    already set wins."""
-    pip = _pip_settings()
-    as_uv = {
-        "find-links": ("UV_FIND_LINKS", ","),  # uv separates these with commas, pip with spaces
-        "extra-index-url": ("UV_EXTRA_INDEX_URL", " "),
-        "index-url": ("UV_INDEX_URL", " "),
-        "constraint": ("UV_CONSTRAINT", " "),
-        "cert": ("SSL_CERT_FILE", " "),
-        "default-timeout": ("UV_HTTP_TIMEOUT", " "),
-        "timeout": ("UV_HTTP_TIMEOUT", " "),
-    }
-    for name, (variable, separator) in as_uv.items():
-        if pip.get(name):
-            os.environ.setdefault(variable, separator.join(pip[name].split()))
+    except (OSError, subprocess.SubprocessError):  # no pip beside nox: nothing to carry over
+        return
+    for variable, value in uv_environment(listed).items():
+        os.environ.setdefault(variable, value)
 
 
 _point_uv_where_pip_looks()

@@ -287,11 +287,11 @@ class _Checker:
                 continue
             output_ids.append(out_id)
             spec = g.output_specs[i] if i < len(g.output_specs) else None
-            t = types.get(out_id)
-            if spec is None or not spec.declares or t is None:
+            out_type = types.get(out_id)
+            if spec is None or not spec.declares or out_type is None:
                 declared.append(None)
                 continue
-            outcome = self._check_output(g.output_name(i), spec, out_id, t, env, bindings)
+            outcome = self._check_output(g.output_name(i), spec, out_id, out_type, env, bindings)
             failed = failed or outcome is None
             declared.append(outcome)
         if failed or any(types.get(v) is None for v in output_ids):

@@ -652,13 +652,16 @@ class _SpecBuilder:
                 ok = False
             shape, dtype = spec.value.get("shape"), spec.value.get("dtype")
             # Each key of the contract on its own, so that a problem is reported at the key it is about.
-            for part, make in ((shape, ShapePattern.parse), (dtype, parse_dtype_rule)):
-                if part is None or (part is dtype and part.ok and part.value is None):  # dtype: null declares none
+            for key, make in (("shape", ShapePattern.parse), ("dtype", parse_dtype_rule)):
+                part = spec.value.get(key)
+                if part is None:
                     continue
                 if part.failed:  # reported where it was read
                     ok = False
                     continue
-                if part is shape and not isinstance(part.value, list):
+                if key == "dtype" and part.value is None:  # dtype: null declares none
+                    continue
+                if key == "shape" and not isinstance(part.value, list):
                     self.add(
                         "E_SPEC",
                         f"'shape' must be a list such as [B, 10], got {describe(part.value)}",

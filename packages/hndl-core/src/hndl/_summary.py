@@ -197,7 +197,7 @@ def summary(
     source: Any,
     *,
     depth: int | None = None,
-    input_size: Sequence[int] | Sequence[Sequence[int]] | None = None,
+    input_size: Any = None,
     **dims: int,
 ) -> Summary:
     """The :class:`Summary` of a built :class:`~hndl.torch.GraphModule`; :func:`hndl.summary` builds a
@@ -258,15 +258,13 @@ def summary(
     )
 
 
-def _dims_from_sizes(
-    checked: CheckedGraph, input_size: Sequence[int] | Sequence[Sequence[int]], dims: Mapping[str, Any]
-) -> dict[str, int]:
+def _dims_from_sizes(checked: CheckedGraph, input_size: Any, dims: Mapping[str, Any]) -> dict[str, int]:
     """The symbols the inputs' contracts bind when the inputs have these sizes (torchinfo's ``input_size``):
     each size matched against its input's contract as a call's tensor would be; a size that does not fit is
     E_INPUT with the edit that would make it fit. A variadic entry (``*batch``) binds nothing a summary shows."""
-    sizes = list(input_size)
+    sizes: list[Any] = list(input_size) if isinstance(input_size, (list, tuple)) else [input_size]
     several = bool(sizes) and all(isinstance(item, (list, tuple)) for item in sizes)
-    per_input = [tuple(item) for item in sizes] if several else [tuple(sizes)]
+    per_input: list[tuple[Any, ...]] = [tuple(item) for item in sizes] if several else [tuple(sizes)]
     names = checked.input_names
     if len(per_input) != len(names) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for size in per_input for d in size
