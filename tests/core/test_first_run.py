@@ -29,6 +29,7 @@ def test_uv_is_told_where_pip_finds_packages() -> None:
         "UV_CONSTRAINT": "/etc/xdg/pip/constraints.txt",
         "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt",
         "UV_HTTP_TIMEOUT": "180",
+        "UV_INDEX_STRATEGY": "unsafe-best-match",  # pip's choice among several indexes
     }
 
 

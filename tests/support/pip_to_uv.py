@@ -43,4 +43,8 @@ def uv_environment(listed: str) -> dict[str, str]:
     for name, (variable, separator) in AS_UV.items():
         if settings.get(name) and variable not in out:
             out[variable] = separator.join(settings[name].split())
+    if "UV_EXTRA_INDEX_URL" in out:
+        # pip takes the best version a package has on any of its indexes; uv by default only looks at the first
+        # index that has the package at all, which may be a local mirror lacking the version wanted.
+        out["UV_INDEX_STRATEGY"] = "unsafe-best-match"
     return out
