@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._contracts import ShapePattern, Variadic, format_shape, is_unknown
-from ._dims import Dim, DimError, dim_mul, free_symbols, substitute
+from ._dims import Dim, DimError, dim_mul, format_dim, free_symbols, substitute
 from ._spec_dumper import flow_yaml
 
 __all__ = ["ShapeFix", "call_hint", "dtype_fix", "fix_candidates", "node_hint", "shape_fix"]
@@ -35,8 +35,8 @@ Step = tuple[str, tuple[int, ...]]
 @dataclass(frozen=True)
 class ShapeFix:
     """Edits (``("permute", (0, 3, 1, 2))``, ``("unsqueeze", (0,))``, ``("flatten", (1, 3))``,
-    ``("squeeze", (1,))``, ``("reshape", (-1, 784))``) that make ``before`` into ``result``, and why they are
-    likely (``"channels-last to channels-first"``; may be empty)."""
+    ``("squeeze", (1,))``, or ``("reshape", ())`` to ``result`` keeping the leading dim) that make ``before`` into
+    ``result``, and why they are likely (``"channels-last to channels-first"``; may be empty)."""
 
     steps: tuple[Step, ...]
     before: tuple[Dim, ...]
@@ -46,14 +46,18 @@ class ShapeFix:
     def code(self, name: str) -> str:
         """The edits as tensor code on ``name``: ``x.unsqueeze(0).permute(0, 3, 1, 2)``."""
         out = name
+        shape = self.before
         for kind, args in self.steps:
-            if kind == "permute" and _is_swap(args):
-                i, j = _is_swap(args)  # type: ignore[misc]
-                out += f".transpose({i}, {j})"
-            elif kind == "flatten" and args[1] == len(self._shape_before(kind, args)) - 1:
+            swap = _is_swap(args) if kind == "permute" else None
+            if swap is not None:
+                out += f".transpose({swap[0]}, {swap[1]})"
+            elif kind == "flatten" and args[1] == len(shape) - 1:
                 out += f".flatten({args[0]})"
+            elif kind == "reshape":  # the leading dim kept as -1, so the code works for any batch size
+                out += ".reshape(" + ", ".join(["-1", *(str(format_dim(d)) for d in self.result[1:])]) + ")"
             else:
                 out += f".{kind}({', '.join(str(a) for a in args)})"
+            shape = _apply(kind, args, shape) or self.result
         return out
 
     def nodes(self) -> list[dict[str, Any]] | None:
@@ -83,14 +87,6 @@ class ShapeFix:
                 out.append({"op": "reshape", "start_dim": 1, "shape": sizes})
             shape = list(_apply(kind, args, tuple(shape)) or ())
         return out
-
-    def _shape_before(self, kind: str, args: tuple[int, ...]) -> tuple[Dim, ...]:
-        shape = self.before
-        for step in self.steps:
-            if step == (kind, args):
-                return shape
-            shape = _apply(*step, shape) or ()
-        return shape
 
 
 def shape_fix(pattern: ShapePattern, actual: Sequence[Any], env: Mapping[str, Any]) -> ShapeFix | None:
@@ -267,9 +263,7 @@ def _reshape_fix(pattern: ShapePattern, shape: tuple[Dim, ...], env: Mapping[str
     result = tuple(t for t in target if t is not None)
     if len(result) != len(target) or result[0] != shape[0] or result == shape:
         return None
-    # -1 where the leading (batch) dim goes: the reshape then works for any batch size.
-    sizes = (-1, *result[1:])
-    return ShapeFix((("reshape", tuple(s if isinstance(s, int) else 0 for s in sizes)),), shape, result)
+    return ShapeFix((("reshape", ()),), shape, result)
 
 
 def _symbols_of(shape: Sequence[Dim]) -> Iterator[str]:
