@@ -288,7 +288,7 @@ def test_each_example_spec_has_a_diagram(generated):
         assert f"## `examples/{path.name}`" in page
     assert page.count("```{graphviz}\ndigraph hndl {\n") == len(examples)  # one picture per example
     assert '  i1 [label="x\\n[B, 784] float", shape=box, style=rounded];' in page  # the mlp's input
-    assert 'label="blocks: graph block x4"' in page  # subgraphs are clusters
+    assert 'label="blocks: graph block x4, 793.09 k params"' in page  # subgraphs are clusters, with their parameters
     assert "This graph does not check" in page  # broken.yaml shows its errors
 
 

@@ -33,9 +33,8 @@ from typing import Any
 
 from ._contracts import ShapePattern, TensorType, parse_dtype_rule
 from ._errors import HndlError, Problem
-from ._graph import NAME_RE
 from ._param_types import ParamType, param_type
-from .naming import closest, excerpt, normal_name
+from .naming import NAME_RE, closest, excerpt, normal_name
 
 __all__ = ["REQUIRED", "RETURNS", "InferError", "OpDef", "Param", "Params", "Port", "op", "registry"]
 
@@ -158,7 +157,7 @@ class Param:
     def describe_default(self) -> str:
         """The default as the reference and ``hndl ops`` show it: ``required``, ``inferred``, or the value as
         YAML flow text (``[1, 1]``), with ``(or inferred)`` for an inferred parameter that has one."""
-        from ._spec_dumper import flow_yaml
+        from ._flow_yaml import flow_yaml
 
         if self.inferred:
             return "inferred" if self.default is REQUIRED else f"{flow_yaml(self.default)} (or inferred)"
@@ -167,7 +166,7 @@ class Param:
     def describe_constraints(self) -> str:
         """The bounds and choices in words (``>= 1; <= 10000``, ``one of 'mean', 'sum'``, ``may be null``), or
         ``""``: what the reference and ``hndl ops`` show beside the type."""
-        from ._spec_dumper import flow_yaml
+        from ._flow_yaml import flow_yaml
 
         rules = []
         if self.min is not None:
@@ -546,7 +545,7 @@ def _split_call(text: str) -> tuple[str, dict[str, Any]]:
 
 def _as_written(name: str, op_name: str, params: Mapping[str, Any]) -> str:
     """The hint for an op known by another name: how the node is written in hndl."""
-    from ._spec_dumper import flow_yaml
+    from ._flow_yaml import flow_yaml
 
     try:
         node = flow_yaml({"op": op_name, **params})

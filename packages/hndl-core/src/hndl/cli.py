@@ -4,7 +4,8 @@
 
     hndl check FILE|DIR...            every problem in every file, as file:line:col: CODE op 'node': message
     hndl summary FILE [--dims B=8]    one row per node: op and layer, inputs, shapes, parameters, MACs; totals
-    hndl draw FILE -o OUT             a picture: .svg or .png (Graphviz), .dot or .mmd (text)
+                 [--input-size 8,3,224,224]  (the symbols bound from the inputs' sizes instead)
+    hndl draw FILE -o OUT [--dpi N]   a picture: .svg or .png (Graphviz's dot; PNG at 300 dpi), .dot or .mmd
     hndl ops [NAME]                   the ops (name and summary), or one op: parameters, ports, shape rule
 
 FILE may be ``-`` (the spec on stdin) or ``zoo:NAME`` (a model of ``hndl.zoo``, when installed). ``check`` never
@@ -86,6 +87,20 @@ def _dims(text: str) -> dict[str, int]:
     return dims
 
 
+def _size(text: str) -> tuple[int, ...]:
+    """``8,3,224,224`` -> ``(8, 3, 224, 224)``: one input's size (argparse reports the error as a usage error)."""
+    parts = [part.strip() for part in text.replace("x", ",").split(",") if part.strip()]
+    if not parts or not all(part.isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 8,3,224,224")
+    return tuple(int(part) for part in parts)
+
+
+def _dpi(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 2400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a resolution from 1 to 2400 (e.g. 300)")
+    return int(text)
+
+
 def _depth(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a depth (1, 2, ...)")
@@ -132,20 +147,30 @@ def parser() -> argparse.ArgumentParser:
     )
     summary_cmd.add_argument("file", metavar="FILE", help=file_help)
     summary_cmd.add_argument("--dims", type=_dims, default={}, metavar="B=8,...", help=dims_help)
+    summary_cmd.add_argument(
+        "--input-size",
+        type=_size,
+        action="append",
+        metavar="8,3,224,224",
+        help="an input's size, binding the symbols of its shape (torchinfo's input_size); once per input, in order",
+    )
     summary_cmd.add_argument("--depth", type=_depth, default=None, metavar="N", help=depth_help)
     summary_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
 
     draw_cmd = commands.add_parser(
         "draw",
         help="draw the graph as SVG, PNG, DOT or Mermaid",
-        description="Check a spec file and draw its graph: one box per node (op and output shape), the wires, "
-        "subgraph nodes as clusters. The output's suffix picks the format: .svg and .png need Graphviz (the "
-        "graphviz Python package and the dot program); .dot/.gv and .mmd are text and need nothing.",
+        description="Check a spec file and draw its graph: one box per node (op and key settings, output shape, "
+        "parameters), the wires, subgraph nodes as clusters. The output's suffix picks the format: .svg and .png "
+        "need Graphviz's dot program; .dot/.gv and .mmd are text and need nothing.",
     )
     draw_cmd.add_argument("file", metavar="FILE", help=file_help)
     draw_cmd.add_argument("-o", "--output", required=True, metavar="OUT", help="model.svg, .png, .dot, .gv or .mmd")
     draw_cmd.add_argument("--dims", type=_dims, default={}, metavar="B=8,...", help=dims_help)
     draw_cmd.add_argument("--depth", type=_depth, default=None, metavar="N", help=depth_help)
+    draw_cmd.add_argument(
+        "--dpi", type=_dpi, default=None, metavar="N", help="a PNG's resolution (default 300, print quality)"
+    )
     draw_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
 
     ops_cmd = commands.add_parser(
@@ -230,7 +255,7 @@ def _shown(name: str) -> str:
 def _prepare(file: str, *, allow_imports: bool) -> tuple[Graph, Any]:
     """Load ``file`` and build its model on the meta device; raises :class:`_Failed` with every problem."""
     graph = _load(file, allow_imports=allow_imports)
-    from ._summary import build_on_meta
+    from .torch._meta import build_on_meta
 
     try:
         return graph, build_on_meta(graph)
@@ -340,7 +365,13 @@ def _summary(args: argparse.Namespace, *, out: IO[str]) -> int:
     try:
         _, model = _prepare(args.file, allow_imports=args.allow_imports)
         try:
-            table = summary(model, depth=args.depth, **args.dims)
+            sizes = args.input_size
+            table = summary(
+                model,
+                depth=args.depth,
+                input_size=None if sizes is None else sizes[0] if len(sizes) == 1 else sizes,
+                **args.dims,
+            )
         except DimError as exc:  # the model checked without them: the sizes given make a dim past int64
             raise _Failed([_dims_too_large(args.dims, exc)]) from None
         except HndlError as exc:
@@ -359,7 +390,8 @@ def _draw(args: argparse.Namespace, *, out: IO[str]) -> int:
     try:
         graph = _load(args.file, allow_imports=args.allow_imports)
         try:
-            draw(graph, args.output, depth=args.depth, **args.dims)
+            dpi = {} if args.dpi is None else {"dpi": args.dpi}
+            draw(graph, args.output, depth=args.depth, **dpi, **args.dims)
         except DimError as exc:
             raise _Failed([_dims_too_large(args.dims, exc)]) from None
         except HndlError as exc:

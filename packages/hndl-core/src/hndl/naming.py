@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "EXCERPT_LIMIT",
+    "NAME_RE",
     "SHORT_WORD",
     "SPELLING_EDITS",
     "closest",
@@ -25,6 +26,11 @@ __all__ = [
     "printable",
     "suggestion",
 ]
+
+#: What a name of a graph, input, node, output, graph parameter or op may be: letters, digits and underscores, not
+#: starting with a digit. Here, at the bottom of the imports, because the graph, the registry, the loader and the
+#: schema all ask it.
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 #: How many spelling edits a name may be from the one offered: one for names shorter than :data:`LONG_NAME`
 #: characters, two for longer ones (case and the separators ``_ - .`` and spaces are not counted).
