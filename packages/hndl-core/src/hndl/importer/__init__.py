@@ -1,0 +1,163 @@
+"""Import an existing ``torch.nn.Module`` as a checked hndl graph.
+
+:func:`from_module` traces the module with ``torch.export`` and writes each traced operation as the hndl op that
+does the same (``nn.Linear`` -> ``linear``, ``x + y`` -> ``add``, ``torch.flatten`` -> ``flatten``), each node
+named after the layer it ran in; a layer no op expresses becomes a ``module`` node that rebuilds it from its
+class and constructor arguments. The result is an :class:`ImportedGraph`: an ``hndl.Graph`` that also maps the
+original's ``state_dict`` keys onto the built model's, so the built model takes the original's weights.
+
+The mapping is two tables in ``_table.py``: ``FUNCTIONS`` (traced ATen operation -> row) and ``MODULES``
+(layer class -> row). This package imports downward: it builds through ``Graph.add`` and leaves judging to
+``hndl.check``; importing it does not import torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .._errors import HndlError, Problem
+from ._imported import Fallback, ImportedGraph, ModeWarning
+from ._table import FUNCTIONS, MODULES, PENDING
+
+__all__ = [
+    "FUNCTIONS",
+    "MODULES",
+    "PENDING",
+    "Fallback",
+    "ImportedGraph",
+    "ModeWarning",
+    "example_inputs",
+    "from_module",
+    "is_module",
+]
+
+
+def from_module(module: Any, *example_args: Any, dynamic_shapes: Any = None) -> ImportedGraph:
+    """The hndl graph of ``module``, traced on ``example_args``.
+
+    Args:
+        module: any ``torch.nn.Module``. It is traced in eval mode (its own mode is put back after); a layer whose
+            training-mode behaviour the trace cannot show is kept whole as a ``module`` node.
+        *example_args: the positional inputs of ``module``'s forward, as tensors.
+        dynamic_shapes: which input dims are symbolic, in ``torch.export``'s format (``({0: Dim("B")},)`` or
+            ``{"x": {0: Dim("B")}}``). A ``Dim``'s name becomes the symbol in the graph's input contracts
+            (``[B, 3, 224, 224]``); every other dim is fixed at the example's size.
+
+    Returns:
+        An :class:`ImportedGraph`. Build it with :func:`hndl.build`, then load the original's weights with
+        ``model.load_state_dict(graph.convert(module.state_dict()))``.
+
+    Raises:
+        HndlError: ``E_IMPORT`` naming the layer, its class and the source line of everything that cannot be
+            imported: a trace that fails (control flow on tensor values, a dim marked dynamic that the model
+            fixes), an in-place write into an input, an operation no op expresses inside a layer that cannot be
+            rebuilt from its constructor arguments.
+    """
+    import torch
+
+    from ._table import module_row
+    from ._trace import trace
+    from ._translate import Retrace, translate
+
+    if not isinstance(module, torch.nn.Module):
+        raise HndlError(
+            Problem("E_IMPORT", f"from_module takes a torch.nn.Module, not {type(module).__name__}")
+        )
+    args = tuple(example_args)
+    in_training = _traced_in_training(module)
+    preserve = frozenset(path for path, m in module.named_modules() if path and module_row(m) is not None)
+    for _ in range(_MAX_TRACES):
+        traced = trace(module, args, dynamic_shapes, in_training, preserve)
+        try:
+            return translate(traced, args, dynamic_shapes)
+        except Retrace as more:
+            preserve |= more.paths
+    raise HndlError(
+        Problem("E_IMPORT", f"the layers to keep as module nodes were still changing after {_MAX_TRACES} traces")
+    )
+
+
+#: Each trace can only widen which layers become module nodes (a layer whose call cannot be one passes the job to
+#: the layer around it), so the loop ends; this bounds it at the nesting depth that occurs in practice.
+_MAX_TRACES = 6
+
+
+def _traced_in_training(module: Any) -> frozenset[str]:
+    """Layers to trace in training mode: no children, no row, outside torch.nn, and a forward that reads
+    ``self.training`` (torchvision's ``StochasticDepth`` is the identity in eval mode and leaves no trace)."""
+    from ._table import module_row
+    from ._trace import reads_training
+
+    chosen = set()
+    for path, m in module.named_modules():
+        if not path or next(m.children(), None) is not None or module_row(m) is not None:
+            continue
+        if type(m).__module__.startswith("torch.nn.") or not reads_training(m):
+            continue
+        chosen.add(path)
+    return frozenset(chosen)
+
+
+def is_module(value: Any) -> bool:
+    """Whether ``value`` is a ``torch.nn.Module`` that is not an hndl ``GraphModule`` (without importing torch
+    when it is not loaded: nothing can be a module then)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(value, torch.nn.Module):
+        return False
+    return not (hasattr(value, "plan") and hasattr(value, "build_state"))
+
+
+def example_inputs(sizes: Any, dims: dict[str, int] | None = None) -> tuple[tuple[Any, ...], Any]:
+    """Example tensors and ``dynamic_shapes`` for input sizes such as ``(1, 3, 224, 224)``, ``("B", 3, 224, 224)``
+    or a list of them (one per input), as ``hndl.summary(module, input_size=...)`` takes them.
+
+    A symbol (a name instead of a size) makes that dim dynamic under the symbol's name; its example size is
+    ``dims[name]`` when given, else 2, 3, 5, ... (distinct, since torch.export may merge dims of equal example
+    size). An entry ``(sizes, dtype)`` gives an input's dtype (``(("B", "T"), "int64")``); float32 otherwise.
+    """
+    import torch
+    from torch.export import Dim
+
+    dims = dict(dims or {})
+    specs = _input_list(sizes)
+    made: dict[str, Any] = {}
+    defaults = iter(n for n in (2, 3, 5, 7, 11, 13, 17, 19, 23) if n not in dims.values())
+    tensors = []
+    dynamic = []
+    for shape, dtype in specs:
+        concrete = []
+        axes = {}
+        for axis, entry in enumerate(shape):
+            if isinstance(entry, str):
+                if entry not in dims:
+                    dims[entry] = next(defaults, 29)
+                made.setdefault(entry, Dim(entry))
+                axes[axis] = made[entry]
+                concrete.append(dims[entry])
+            else:
+                concrete.append(int(entry))
+        dt = getattr(torch, dtype) if dtype else torch.float32
+        tensors.append(torch.zeros(concrete, dtype=dt) if not dt.is_floating_point else torch.randn(concrete, dtype=dt))
+        dynamic.append(axes or None)
+    return tuple(tensors), (tuple(dynamic) if any(dynamic) else None)
+
+
+def _input_list(sizes: Any) -> list[tuple[Sequence[Any], str | None]]:
+    """``sizes`` as one ``(shape, dtype)`` per input."""
+    if isinstance(sizes, (list, tuple)) and sizes and all(isinstance(s, (int, str)) for s in sizes):
+        return [(tuple(sizes), None)]
+    out = []
+    for item in sizes:
+        if (
+            isinstance(item, (list, tuple))
+            and len(item) == 2
+            and isinstance(item[1], str)
+            and isinstance(item[0], (list, tuple))
+        ):
+            out.append((tuple(item[0]), item[1]))
+        else:
+            out.append((tuple(item), None))
+    return out
