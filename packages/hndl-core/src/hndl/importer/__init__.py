@@ -13,6 +13,7 @@ The mapping is two tables in ``_table.py``: ``FUNCTIONS`` (traced ATen operation
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,15 +67,58 @@ def from_module(module: Any, *example_args: Any, dynamic_shapes: Any = None) -> 
         )
     args = tuple(example_args)
     in_training = _traced_in_training(module)
-    preserve = frozenset(path for path, m in module.named_modules() if path and module_row(m) is not None)
+    rows = frozenset(path for path, m in module.named_modules() if path and module_row(m) is not None)
+    preserve = rows | in_training
     for _ in range(_MAX_TRACES):
         traced = trace(module, args, dynamic_shapes, in_training, preserve)
         try:
-            return translate(traced, args, dynamic_shapes)
+            graph, readers = translate(traced, args, dynamic_shapes, in_training)
+            break
         except Retrace as more:
             preserve |= more.paths
-    raise HndlError(
-        Problem("E_IMPORT", f"the layers to keep as module nodes were still changing after {_MAX_TRACES} traces")
+    else:
+        raise HndlError(
+            Problem("E_IMPORT", f"the layers to keep as module nodes were still changing after {_MAX_TRACES} traces")
+        )
+    if readers:
+        _compare_modes(graph, readers, module, args, dynamic_shapes, in_training, preserve)
+    return graph
+
+
+def _compare_modes(
+    graph: ImportedGraph,
+    readers: dict[str, str],
+    module: Any,
+    args: tuple[Any, ...],
+    dynamic_shapes: Any,
+    in_training: frozenset[str],
+    preserve: frozenset[str],
+) -> None:
+    """Trace again with the layers whose forward reads ``self.training`` in training mode; when that gives
+    another graph, say so (``graph.notes`` and a :class:`ModeWarning`): the graph is the eval-mode one."""
+    from .._spec_dumper import dumps
+    from ._trace import trace
+    from ._translate import translate
+
+    try:
+        traced = trace(module, args, dynamic_shapes, in_training | frozenset(readers), preserve)
+        other, _ = translate(traced, args, dynamic_shapes, in_training)
+        differs = dumps(other) != dumps(graph)
+    except HndlError:
+        differs = True
+    if not differs:
+        return
+    by_class: dict[str, list[str]] = {}
+    for path, cls in readers.items():
+        by_class.setdefault(cls, []).append(path or "<root>")
+    for cls, paths in by_class.items():
+        shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        graph.notes.append(f"{cls} ({shown}) computes something else in training mode; the graph is its eval mode")
+    warnings.warn(
+        "hndl.from_module: " + "; ".join(graph.notes) + ". Trained as a graph, these parts will not do what the "
+        "module does in training mode.",
+        ModeWarning,
+        stacklevel=3,
     )
 
 

@@ -57,7 +57,7 @@ def trace(
     """
     import torch
 
-    paths = tuple(sorted(preserve | in_training))
+    paths = tuple(sorted(preserve))
     with _modes(module, in_training):
         try:
             program = torch.export.export(

@@ -23,7 +23,6 @@ refused, as is any write into a graph input.
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +35,7 @@ from .._graph import Handle
 from .._registry import registry
 from ..naming import dtype_name
 from ._fallback import NotRebuildable, Rebuilt, rebuild
-from ._imported import Fallback, ImportedGraph, ModeWarning
+from ._imported import Fallback, ImportedGraph
 from ._symbols import NotExpressible, Symbols, name_symbols
 from ._table import FUNCTIONS, PENDING, Alias, Call, Emit, Port, Site, Unsupported, module_row
 from ._trace import Traced, cut, node_location, reads_training
@@ -67,9 +66,18 @@ class Retrace(Exception):
         self.paths = paths
 
 
-def translate(traced: Traced, example: Sequence[Any], dynamic_shapes: Any) -> ImportedGraph:
-    """The graph of ``traced``; raises ``HndlError`` (``E_IMPORT``) listing everything it cannot express."""
-    return _Translator(traced, example, dynamic_shapes).run()
+def translate(
+    traced: Traced, example: Sequence[Any], dynamic_shapes: Any, whole: frozenset[str]
+) -> tuple[ImportedGraph, dict[str, str]]:
+    """The graph of ``traced``, and the layers traced through whose forward reads ``self.training`` (path ->
+    class name); raises ``HndlError`` (``E_IMPORT``) listing everything it cannot express.
+
+    Args:
+        whole: paths of the layers to keep whole as ``module`` nodes (their trace does not show all they do).
+    """
+    translator = _Translator(traced, example, dynamic_shapes, whole)
+    graph = translator.run()
+    return graph, translator.readers
 
 
 def node_name(path: str) -> str:
@@ -79,13 +87,13 @@ def node_name(path: str) -> str:
 
 
 class _Translator:
-    def __init__(self, traced: Traced, example: Sequence[Any], dynamic_shapes: Any) -> None:
+    def __init__(self, traced: Traced, example: Sequence[Any], dynamic_shapes: Any, whole: frozenset[str]) -> None:
         import torch
 
         self.torch = torch
         self.program = traced.program
         self.root = traced.module
-        self.in_training = traced.in_training
+        self.whole = whole
         self.nodes = list(self.program.graph.nodes)
         self.position = {n: i for i, n in enumerate(self.nodes)}
         self.by_name = {n.name: n for n in self.nodes}
@@ -187,7 +195,7 @@ class _Translator:
         self._outputs()
         self._finish_renames()
         self._verify()
-        self._notes()
+        self.readers = self.training_readers()
         return self.graph
 
     def _inputs(self) -> None:
@@ -208,7 +216,7 @@ class _Translator:
     def _units(self) -> None:
         """Pass 1: the layer calls that become one node each."""
         for info in self.calls.values():
-            if info.path in self.in_training:
+            if info.path in self.whole:
                 info.kind, info.reason = "fallback", "its training-mode behaviour is not in an eval-mode trace"
                 continue
             if _hooked(info.module):
@@ -536,27 +544,18 @@ class _Translator:
         if problems:
             raise HndlError(problems, title=f"import of {type(self.root).__name__}")
 
-    def _notes(self) -> None:
-        readers: dict[str, list[str]] = {}
+    def training_readers(self) -> dict[str, str]:
+        """The calls traced through (not one node) whose forward reads ``self.training``, outside torch.nn:
+        path -> class name (the root as ``""``)."""
+        readers = {}
         for info in self.calls.values():
-            if info.kind or not info.nodes or _class_name(info.module, full=True).startswith("torch.nn."):
+            if info.kind or _class_name(info.module, full=True).startswith("torch.nn."):
                 continue
             if reads_training(info.module):
-                readers.setdefault(_class_name(info.module), []).append(info.path)
+                readers[info.path] = _class_name(info.module)
         if reads_training(self.root) and not type(self.root).__module__.startswith("torch.nn."):
-            readers.setdefault(_class_name(self.root), []).append("<root>")
-        for cls, paths in readers.items():
-            shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
-            self.graph.notes.append(
-                f"{cls} ({shown}): its forward reads self.training; the graph follows its eval-mode trace"
-            )
-        if self.graph.notes:
-            warnings.warn(
-                "hndl.from_module: " + "; ".join(self.graph.notes) + " (what a training-mode forward does "
-                "differently there is not in the graph)",
-                ModeWarning,
-                stacklevel=4,
-            )
+            readers[""] = _class_name(self.root)
+        return readers
 
 
 class _Aliases:
