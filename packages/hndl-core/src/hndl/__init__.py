@@ -47,6 +47,7 @@ from ._summary import Summary as Summary
 from ._summary import SummaryRow as SummaryRow
 
 if TYPE_CHECKING:
+    from .importer import ImportedGraph
     from .torch import GraphModule
 
 __version__ = "0.1.0"
@@ -78,6 +79,7 @@ __all__ = [
     "draw",
     "dumps",
     "flow_yaml",
+    "from_module",
     "load",
     "load_model",
     "loads",
@@ -124,7 +126,7 @@ def load_model(path: str | os.PathLike[str]) -> GraphModule:
     return load_file(path)
 
 
-def summary(source: Graph | GraphModule, *, depth: int | None = None, **dims: int) -> Summary:
+def summary(source: Graph | GraphModule | Any, *, depth: int | None = None, **dims: Any) -> Summary:
     """The :class:`Summary` of a graph or a built model: one row per node (qualified name, op and layer class,
     the nodes feeding it, output shape, parameters, multiply-adds) and totals (trainable and non-trainable
     parameters, buffers, size in MB, multiply-adds, activation memory). Prints as the table.
@@ -132,7 +134,9 @@ def summary(source: Graph | GraphModule, *, depth: int | None = None, **dims: in
     A graph is checked and built on PyTorch's meta device (nothing allocated); a built model is summarised as
     it is (a frozen parameter counts as non-trainable). ``dims`` bind the inputs' symbols (``B=8``); without
     them, multiply-adds and activation memory are expressions. ``depth=1`` shows each subgraph node as one row
-    with its subtotals.
+    with its subtotals. Any other ``torch.nn.Module`` is imported first (:func:`from_module`), given its inputs'
+    sizes as torchinfo takes them, ``input_size=(1, 3, 224, 224)`` (a name such as ``"B"`` makes a dim symbolic),
+    or example inputs, ``input_data=x``.
 
     Raises:
         HndlError: E_INPUT for a dim the inputs do not have; whatever checking or building the graph raises.
@@ -143,18 +147,19 @@ def summary(source: Graph | GraphModule, *, depth: int | None = None, **dims: in
 
 
 def draw(
-    source: Graph | GraphModule,
+    source: Graph | GraphModule | Any,
     path: str | os.PathLike[str] | None = None,
     *,
     format: str | None = None,
     depth: int | None = None,
-    **dims: int,
+    **dims: Any,
 ) -> str | bytes:
     """A picture of a graph or a built model: one box per node (op and output shape), the wires, subgraph
     nodes as clusters (one box below ``depth``). ``path``'s suffix picks the format: ``.svg``/``.png``
     (Graphviz: the ``graphviz`` package and its ``dot`` program), ``.dot``/``.gv`` or ``.mmd`` (text, no
     Graphviz); without a path, ``format`` does (``"dot"`` by default). Writes ``path`` when given; returns the
-    text or the image's bytes. ``dims`` fill in the shapes.
+    text or the image's bytes. ``dims`` fill in the shapes. Any other ``torch.nn.Module`` is imported first,
+    given ``input_size=`` or ``input_data=`` as :func:`summary` takes them.
 
     Raises:
         HndlError: E_INPUT for an unknown format; E_RUNTIME for SVG/PNG without Graphviz (says how to install it).
@@ -162,6 +167,24 @@ def draw(
     from ._draw import draw as make_drawing
 
     return make_drawing(source, path, format=format, depth=depth, **dims)
+
+
+def from_module(module: Any, *example_args: Any, dynamic_shapes: Any = None) -> ImportedGraph:
+    """The hndl graph of an existing ``torch.nn.Module``, traced by ``torch.export`` on ``example_args``: the hndl
+    op for each layer and function that has one (``nn.Linear`` -> ``linear``, ``x + y`` -> ``add``), each node
+    named after the layer it ran in, and a ``module`` node rebuilding each layer no op expresses.
+    ``dynamic_shapes`` (``torch.export``'s format, ``({0: Dim("B")},)``) makes input dims symbolic.
+
+    The result is an :class:`hndl.importer.ImportedGraph`: build it, then
+    ``model.load_state_dict(graph.convert(module.state_dict()))`` gives the built model the module's weights.
+    See docs/import.md.
+
+    Raises:
+        HndlError: E_IMPORT naming the layer and the source line of each thing that cannot be imported.
+    """
+    from .importer import from_module as import_module
+
+    return import_module(module, *example_args, dynamic_shapes=dynamic_shapes)
 
 
 def __getattr__(name: str) -> Any:

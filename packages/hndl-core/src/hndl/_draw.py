@@ -146,6 +146,9 @@ def draw(
         HndlError: E_INPUT for an unknown format; E_RUNTIME when SVG or PNG is asked for and Graphviz is not
             installed (the message says how to install it).
     """
+    from .importer import imported_source  # an nn.Module with input_size=... is imported first
+
+    source, dims = imported_source(source, dims)
     fmt = format or (FORMATS.get(Path(path).suffix.lower()) if path is not None else "dot")
     if fmt not in set(FORMATS.values()):
         suffix = Path(path).suffix if path is not None else format

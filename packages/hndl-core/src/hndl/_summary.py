@@ -189,6 +189,9 @@ def summary(source: Any, *, depth: int | None = None, **dims: int) -> Summary:
         HndlError: E_INPUT for a dim the graph does not have or a size that is not a positive int; whatever
             checking or building the graph raises.
     """
+    from .importer import imported_source  # an nn.Module with input_size=... is imported first
+
+    source, dims = imported_source(source, dims)
     model = source if hasattr(source, "plan") and hasattr(source, "node_module") else None
     if model is None:
         if not isinstance(source, Graph):

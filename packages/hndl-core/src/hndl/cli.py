@@ -5,6 +5,7 @@
     hndl check FILE|DIR...            every problem in every file, as file:line:col: CODE op 'node': message
     hndl summary FILE [--dims B=8]    one row per node: op and layer, inputs, shapes, parameters, MACs; totals
     hndl draw FILE -o OUT             a picture: .svg or .png (Graphviz), .dot or .mmd (text)
+    hndl import REF --input SIZES     an nn.Module (package.module:name) as a spec file (hndl.from_module)
 
 FILE may be ``-`` (the spec on stdin) or ``zoo:NAME`` (a model of ``hndl.zoo``, when installed). ``check`` never
 imports torch unless asked to build the layers (``--build``), so it answers at once. Also runnable as
@@ -55,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check_files(args.files, allow_imports=args.allow_imports, build=args.build, out=out)
         if args.command == "summary":
             return _summary(args, out=out)
+        if args.command == "import":
+            return _import(args, out=out)
         return _draw(args, out=out)
     except BrokenPipeError:
         # `hndl summary big.yaml | head`: the reader left; say nothing more, and keep Python from
@@ -139,6 +142,12 @@ def parser() -> argparse.ArgumentParser:
     draw_cmd.add_argument("--dims", type=_dims, default={}, metavar="B=8,...", help=dims_help)
     draw_cmd.add_argument("--depth", type=_depth, default=None, metavar="N", help=depth_help)
     draw_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
+    # An nn.Module named by a Python reference instead of FILE (hndl.importer): summary/draw take --input.
+    from .importer._cli import add_import_command, add_input_option
+
+    add_input_option(summary_cmd)
+    add_input_option(draw_cmd)
+    add_import_command(commands, _dims)
     return top
 
 
@@ -153,9 +162,14 @@ class _Failed(Exception):
         self.problems = problems
 
 
-def _load(file: str, *, allow_imports: bool) -> Graph:
-    """The graph ``file`` names: a path, ``-`` (stdin) or ``zoo:NAME``. Raises :class:`_Failed`."""
+def _load(file: str, *, allow_imports: bool, args: argparse.Namespace | None = None) -> Graph:
+    """The graph ``file`` names: a path, ``-`` (stdin) or ``zoo:NAME``; with ``--input`` in ``args``, a Python
+    reference to an nn.Module, imported. Raises :class:`_Failed`."""
     try:
+        if args is not None and getattr(args, "input", None):
+            from .importer._cli import import_reference
+
+            return import_reference(file, args.input, args.dims, args.kwargs)[1]  # type: ignore[no-any-return]
         if file == "-":
             return loads(sys.stdin.read(), allow_imports=allow_imports)
         if file.startswith("zoo:"):
@@ -188,9 +202,9 @@ def _files(args: Sequence[str]) -> Iterator[str]:
             yield arg
 
 
-def _prepare(file: str, *, allow_imports: bool) -> tuple[Graph, Any]:
+def _prepare(file: str, *, allow_imports: bool, args: argparse.Namespace | None = None) -> tuple[Graph, Any]:
     """Load ``file`` and build its model on the meta device; raises :class:`_Failed` with every problem."""
-    graph = _load(file, allow_imports=allow_imports)
+    graph = _load(file, allow_imports=allow_imports, args=args)
     from ._summary import build_on_meta
 
     try:
@@ -290,7 +304,7 @@ def _summary(args: argparse.Namespace, *, out: IO[str]) -> int:
     from ._summary import summary
 
     try:
-        _, model = _prepare(args.file, allow_imports=args.allow_imports)
+        _, model = _prepare(args.file, allow_imports=args.allow_imports, args=args)
         try:
             table = summary(model, depth=args.depth, **args.dims)
         except HndlError as exc:
@@ -307,7 +321,7 @@ def _draw(args: argparse.Namespace, *, out: IO[str]) -> int:
     from ._draw import draw
 
     try:
-        graph = _load(args.file, allow_imports=args.allow_imports)
+        graph = _load(args.file, allow_imports=args.allow_imports, args=args)
         try:
             draw(graph, args.output, depth=args.depth, **args.dims)
         except HndlError as exc:
@@ -317,6 +331,18 @@ def _draw(args: argparse.Namespace, *, out: IO[str]) -> int:
     except _Failed as exc:
         return _fail(exc, args.file, out)
     _say(f"wrote {args.output}", out)
+    return 0
+
+
+def _import(args: argparse.Namespace, *, out: IO[str]) -> int:
+    from .importer._cli import run_import
+
+    try:
+        lines = run_import(args)
+    except HndlError as exc:
+        return _fail(_Failed(exc.problems), args.reference, out)
+    for line in lines:
+        _say(line, out)
     return 0
 
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._errors import HndlError, Problem
+from ..naming import excerpt
 from ._imported import Fallback, ImportedGraph, ModeWarning
 from ._table import FUNCTIONS, MODULES, PENDING
 
@@ -30,6 +31,7 @@ __all__ = [
     "ModeWarning",
     "example_inputs",
     "from_module",
+    "imported_source",
     "is_module",
 ]
 
@@ -66,6 +68,7 @@ def from_module(module: Any, *example_args: Any, dynamic_shapes: Any = None) -> 
             Problem("E_IMPORT", f"from_module takes a torch.nn.Module, not {type(module).__name__}")
         )
     args = tuple(example_args)
+    _check_example_sizes(module, args, dynamic_shapes)
     in_training = _traced_in_training(module)
     rows = frozenset(path for path, m in module.named_modules() if path and module_row(m) is not None)
     preserve = rows | in_training
@@ -127,6 +130,33 @@ def _compare_modes(
 _MAX_TRACES = 6
 
 
+def _check_example_sizes(module: Any, args: tuple[Any, ...], dynamic_shapes: Any) -> None:
+    """A dim marked dynamic whose example size is 0 or 1 is an ``E_IMPORT`` before tracing: torch.export fixes
+    such sizes (they decide broadcasting), and its own message says the model fixed the dim."""
+    import inspect
+
+    from ._symbols import _axes, _dim_name
+    from ._translate import _input_specs
+
+    try:
+        names = [p for p in inspect.signature(module.forward).parameters][: len(args)]
+    except (TypeError, ValueError):
+        names = [str(i) for i in range(len(args))]
+    for name, arg, spec in zip(names, args, _input_specs(dynamic_shapes, names), strict=False):
+        shape = getattr(arg, "shape", None)
+        for axis, dim in _axes(spec).items():
+            if dim is None or shape is None or axis >= len(shape) or shape[axis] > 1:
+                continue
+            label = _dim_name(dim) or f"dim {axis}"
+            raise HndlError(
+                Problem(
+                    "E_IMPORT",
+                    f"input {name!r} is traced at size {shape[axis]} in dim {axis}, which is marked dynamic ({label})",
+                    hint="torch.export fixes dims of size 0 or 1; give an example of size 2 or more in that dim",
+                )
+            )
+
+
 def _traced_in_training(module: Any) -> frozenset[str]:
     """Layers to trace in training mode: no children, no row, outside torch.nn, and a forward that reads
     ``self.training`` (torchvision's ``StochasticDepth`` is the identity in eval mode and leaves no trace)."""
@@ -152,6 +182,33 @@ def is_module(value: Any) -> bool:
     if torch is None or not isinstance(value, torch.nn.Module):
         return False
     return not (hasattr(value, "plan") and hasattr(value, "build_state"))
+
+
+def imported_source(source: Any, dims: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """What ``hndl.summary`` and ``hndl.draw`` do first: an ``nn.Module`` given with ``input_size`` (sizes, as
+    :func:`example_inputs` takes them) or ``input_data`` (a tensor or a tuple of them) becomes its imported graph;
+    the other keyword arguments are returned to bind the graph's symbols. Anything else passes through.
+
+    Raises:
+        HndlError: E_INPUT for a module given with neither; whatever :func:`from_module` raises.
+    """
+    if not is_module(source):
+        return source, dims
+    rest = dict(dims)
+    size, data = rest.pop("input_size", None), rest.pop("input_data", None)
+    if (size is None) == (data is None):
+        raise HndlError(
+            Problem(
+                "E_INPUT",
+                f"a {type(source).__name__} is imported to be summarised or drawn, which needs example inputs",
+                hint="pass input_size=(1, 3, 224, 224) (symbols such as 'B' make a dim dynamic) or input_data=x",
+            )
+        )
+    if data is not None:
+        args, dynamic = (tuple(data) if isinstance(data, (list, tuple)) else (data,)), None
+    else:
+        args, dynamic = example_inputs(size, {k: v for k, v in rest.items() if isinstance(v, int)})
+    return from_module(source, *args, dynamic_shapes=dynamic), rest
 
 
 def example_inputs(sizes: Any, dims: dict[str, int] | None = None) -> tuple[tuple[Any, ...], Any]:
@@ -183,25 +240,49 @@ def example_inputs(sizes: Any, dims: dict[str, int] | None = None) -> tuple[tupl
                 concrete.append(dims[entry])
             else:
                 concrete.append(int(entry))
-        dt = getattr(torch, dtype) if dtype else torch.float32
+        dt = getattr(torch, dtype, None) if dtype else torch.float32
+        if not isinstance(dt, torch.dtype):
+            raise HndlError(Problem("E_INPUT", f"{dtype!r} is not a torch dtype", hint="int64, float32, bool, ..."))
         tensors.append(torch.zeros(concrete, dtype=dt) if not dt.is_floating_point else torch.randn(concrete, dtype=dt))
         dynamic.append(axes or None)
     return tuple(tensors), (tuple(dynamic) if any(dynamic) else None)
 
 
+def _is_shape(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(
+        (isinstance(s, int) and not isinstance(s, bool) and s >= 0) or (isinstance(s, str) and s.isidentifier())
+        for s in value
+    )
+
+
 def _input_list(sizes: Any) -> list[tuple[Sequence[Any], str | None]]:
-    """``sizes`` as one ``(shape, dtype)`` per input."""
-    if isinstance(sizes, (list, tuple)) and sizes and all(isinstance(s, (int, str)) for s in sizes):
+    """``sizes`` as one ``(shape, dtype)`` per input.
+
+    Raises:
+        HndlError: E_INPUT for anything else.
+    """
+    if _is_shape(sizes) and sizes:
         return [(tuple(sizes), None)]
-    out = []
-    for item in sizes:
-        if (
+    if isinstance(sizes, (list, tuple)) and len(sizes) == 2 and _is_shape(sizes[0]) and isinstance(sizes[1], str):
+        return [(tuple(sizes[0]), sizes[1])]  # one input with its dtype: ((B, T), "int64")
+    out: list[tuple[Sequence[Any], str | None]] = []
+    for item in sizes if isinstance(sizes, (list, tuple)) and sizes else [sizes]:
+        if _is_shape(item):
+            out.append((tuple(item), None))
+        elif (
             isinstance(item, (list, tuple))
             and len(item) == 2
-            and isinstance(item[1], str)
-            and isinstance(item[0], (list, tuple))
+            and _is_shape(item[0])
+            and (item[1] is None or isinstance(item[1], str))
         ):
             out.append((tuple(item[0]), item[1]))
         else:
-            out.append((tuple(item), None))
+            raise HndlError(
+                Problem(
+                    "E_INPUT",
+                    f"input_size {excerpt(sizes)} is not one input's sizes or a list of them",
+                    expected="(1, 3, 224, 224), ('B', 3, 224, 224), [(B, T), ...] or ((B, T), 'int64')",
+                    actual=excerpt(item),
+                )
+            )
     return out

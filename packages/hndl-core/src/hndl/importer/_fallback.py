@@ -48,17 +48,24 @@ def _plain(value: Any) -> Any:
 
 
 def _importable(cls: type) -> str:
+    """The shortest ``package.module:Class`` that names ``cls`` (``torch.nn:ReLU6``, not
+    ``torch.nn.modules.activation:ReLU6``)."""
     import importlib
 
-    target = f"{cls.__module__}:{cls.__qualname__}"
     if "<locals>" in cls.__qualname__ or cls.__module__ == "__main__":
         raise NotRebuildable(f"class {cls.__qualname__} cannot be imported by name (defined in a function or __main__)")
-    found: Any = importlib.import_module(cls.__module__)
-    for part in cls.__qualname__.split("."):
-        found = getattr(found, part, None)
-    if found is not cls:
-        raise NotRebuildable(f"{target} does not name the class")
-    return target
+    parts = cls.__module__.split(".")
+    for end in range(1, len(parts) + 1):
+        module_name = ".".join(parts[:end])
+        try:
+            found: Any = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        for attr in cls.__qualname__.split("."):
+            found = getattr(found, attr, None)
+        if found is cls:
+            return f"{module_name}:{cls.__qualname__}"
+    raise NotRebuildable(f"{cls.__module__}:{cls.__qualname__} does not name the class")
 
 
 def _arguments(module: Any) -> dict[str, Any]:

@@ -45,6 +45,8 @@ class ImportedGraph(Graph):
             (``"layer1.0.conv1.weight"`` -> ``"nodes.n_layer1_0_conv1.weight"``), or ``None`` for a tensor the
             forward pass never reads (an unused head).
         fallbacks: the ``module`` nodes, with the layer each rebuilds and why.
+        tied: a built model's key -> the other keys of the same tensor (a layer called twice is one node per
+            call, tied; a weight two layers share).
         notes: what the import noticed and the graph cannot show (a ``forward`` that reads ``self.training``).
     """
 
@@ -52,6 +54,7 @@ class ImportedGraph(Graph):
         super().__init__(name)
         self.renames: dict[str, str | None] = {}
         self.fallbacks: list[Fallback] = []
+        self.tied: dict[str, list[str]] = {}
         self.notes: list[str] = []
 
     @property
@@ -62,8 +65,8 @@ class ImportedGraph(Graph):
     def convert(self, state_dict: Mapping[str, Any], *, strict: bool = True) -> dict[str, Any]:
         """The original's ``state_dict`` under the built model's keys, for ``model.load_state_dict``.
 
-        Tensors the forward pass never reads are left out; a tensor that several of the original's keys name
-        (tied weights) comes out under each key of the built model that holds it.
+        Tensors the forward pass never reads are left out; a tensor the built model holds under several keys
+        (tied weights, a layer called twice) comes out under each.
 
         Raises:
             HndlError: E_PARAMS when ``strict`` and a key is unknown (with the closest known key) or a key the
@@ -85,6 +88,8 @@ class ImportedGraph(Graph):
             target = self.renames[key]
             if target is not None:
                 out[target] = value
+                for other in self.tied.get(target, ()):
+                    out.setdefault(other, value)
         if strict:
             given = set(state_dict)
             for key, target in self.renames.items():

@@ -549,7 +549,7 @@ FUNCTIONS: dict[str, Row] = {
     "aten.linear.default": _linear,
     "aten.conv1d.default": _conv("conv1d", 1),
     "aten.conv2d.default": _conv("conv2d", 2),
-    "aten.conv_transpose1d.input": _conv("conv_transpose1d", 1, transposed=True),
+    "aten.conv_transpose1d.default": _conv("conv_transpose1d", 1, transposed=True),
     "aten.conv_transpose2d.input": _conv("conv_transpose2d", 2, transposed=True),
     "aten.layer_norm.default": _layer_norm,
     "aten.group_norm.default": _group_norm,

@@ -15,10 +15,13 @@ the importer could not tell where it sits; traced in training mode it does, and 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 import linecache
 import os
 import re
+import sys
 import sysconfig
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -58,7 +61,11 @@ def trace(
     import torch
 
     paths = tuple(sorted(preserve))
-    with _modes(module, in_training):
+    # torch.export prints the partial graph of a failed trace to stderr; the E_IMPORT problem says what went wrong,
+    # so that dump is dropped and everything else written meanwhile (warnings) is passed on.
+    captured = io.StringIO()
+    failure: BaseException | None = None
+    with _modes(module, in_training), contextlib.redirect_stderr(captured):
         try:
             program = torch.export.export(
                 module,
@@ -67,10 +74,18 @@ def trace(
                 strict=False,
                 preserve_module_call_signature=paths,
             )
-        except HndlError:
-            raise
         except Exception as exc:
-            raise tracing_error(exc, module) from exc
+            failure = exc
+    text = captured.getvalue()
+    partial = getattr(failure, "partial_fx_graph", None)
+    if isinstance(partial, str) and partial:
+        text = text.replace(partial + "\n", "")
+    if text.strip():
+        sys.stderr.write(text)
+    if failure is not None:
+        if isinstance(failure, HndlError):
+            raise failure
+        raise tracing_error(failure, module) from failure
     return Traced(program, module, in_training)
 
 

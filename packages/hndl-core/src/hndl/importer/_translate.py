@@ -22,6 +22,7 @@ refused, as is any write into a graph input.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +56,12 @@ class _CallInfo:
     rebuilt: Rebuilt | None = None
     reason: str = ""
     nodes: list[Any] = field(default_factory=list)
+
+
+_HINT_TABLE = (
+    "an op that does this, added as a row of hndl.importer.FUNCTIONS (or the layer's class in MODULES), "
+    "would import it"
+)
 
 
 class Retrace(Exception):
@@ -109,6 +116,7 @@ class _Translator:
             list(example),
         )
         self.problems: list[Problem] = []
+        self.refused: dict[tuple[str, str], list[Any]] = {}
         self.graph = ImportedGraph(node_name(type(self.root).__name__))
         self.taken: set[str] = set()
         self.values: dict[Any, Any] = {}  # traced value -> Handle or reference
@@ -290,13 +298,14 @@ class _Translator:
                 try:
                     info.rebuilt = self._rebuild(info)
                 except NotRebuildable as exc:
-                    tried.append(f"{info.path} ({_class_name(info.module)}) cannot be a module node: {exc}")
+                    tried.append(f"{info.path} ({_class_name(info.module)}): {exc}")
                     continue
                 info.kind = "fallback"
                 info.reason = _reason(n, result)
                 break
             else:
                 self._refuse(n, result, stack, tried)
+        self.problems.extend(self._refusals())
         for info in self.calls.values():
             if info.kind == "fallback" and info.rebuilt is None:
                 try:
@@ -356,24 +365,37 @@ class _Translator:
         return inputs, output, None if single else index
 
     def _refuse(self, n: Any, result: Unsupported, stack: list[str], tried: list[str]) -> None:
-        location, code = node_location(n)
+        """Record an operation nothing can express; the same reason in the same layer is one problem."""
         where = self.calls[stack[-1]] if stack else None
-        message = _reason(n, result)
-        if code:
-            message += f" (at `{cut(code, 100)}`)"
-        hint = f"waits on {result.waits}" if result.waits else None
-        if tried:
-            message += "; " + "; ".join(tried)
-        self.problems.append(
+        key = (where.path if where else "<root>", _reason(n, result))
+        if key in self.refused:
+            self.refused[key][1] += 1
+            return
+        location, code = node_location(n)
+        self.refused[key] = [
             Problem(
                 "E_IMPORT",
-                message,
-                node=where.path if where else "<root>",
+                "",
+                node=key[0],
                 op=_class_name(where.module if where else self.root),
                 location=location,
-                hint=hint,
-            )
-        )
+                hint=_HINT_TABLE if result.reason.startswith("hndl has no op") and not result.waits else None,
+            ),
+            1,
+            code,
+            tried,
+        ]
+
+    def _refusals(self) -> list[Problem]:
+        problems = []
+        for (_, reason), (problem, count, code, tried) in self.refused.items():
+            message = reason + (f", {count} times" if count > 1 else "")
+            if code:
+                message += f" (at `{cut(code, 100)}`)"
+            if tried:
+                message += "; and no layer around it can be a module node: " + "; ".join(tried)
+            problems.append(dataclasses.replace(problem, message=message))
+        return problems
 
     # -- emission -------------------------------------------------------------------------------------------
 
@@ -470,11 +492,14 @@ class _Translator:
             if tensor is None:
                 continue
             owner = self.claims.get(id(tensor))
+            target = f"nodes.n_{name}.{local}"
             if owner is not None:
+                # A layer called twice, or a weight two layers share: one Parameter under both nodes' names.
                 tie[local] = f"{owner[0]}.{owner[1]}"
+                self.graph.tied.setdefault(f"nodes.n_{owner[0]}.{owner[1]}", []).append(target)
             else:
                 self.claims[id(tensor)] = (name, local)
-            self.graph.renames[key] = f"nodes.n_{name}.{local}"
+            self.graph.renames.setdefault(key, target)
         return self.graph.add(emit.op, *inputs, name=name, tie=tie or None, **_without_defaults(emit))
 
     def _name(self, base: str) -> str:
@@ -617,9 +642,7 @@ class _Aliases:
             source = self.root.get(arg, arg)
             for write in self.writes.get(source, ()):
                 if t.position.get(arg, -1) < write < here:
-                    raise Unsupported(
-                        f"{n.target} reads {arg.name!r} after an in-place operation changed it through another view"
-                    )
+                    raise Unsupported(f"reads {arg.name!r} after an in-place operation changed it through another view")
 
 
 def _without_defaults(emit: Emit) -> dict[str, Any]:
@@ -654,7 +677,8 @@ def _module_at(t: _Translator, n: Any) -> Any:
 
 
 def _reason(n: Any, result: Unsupported) -> str:
-    return f"{n.target}: {result.reason}" if not result.reason.startswith("hndl has no op") else result.reason
+    text = f"{n.target}: {result.reason}" if not result.reason.startswith("hndl has no op") else result.reason
+    return f"{text} (waits on {result.waits})" if result.waits else text
 
 
 def _class_name(module: Any, full: bool = False) -> str:
