@@ -77,7 +77,8 @@ def test_a_resnet_imports_as_built_in_ops_named_after_its_layers() -> None:
         ("fc", "linear"),
     ]
     assert str(graph.inputs["x"].contract.shape) == "[B, 3, 16, 16]"
-    assert graph.fallbacks == [] and graph.notes == []
+    assert graph.fallbacks == []
+    assert graph.notes == []
     for batch in (2, 5):  # B is symbolic: another batch size runs on the same graph
         x = torch.randn(batch, 3, 16, 16)
         assert_same_outputs(net, model, x)
@@ -120,7 +121,9 @@ def test_a_vision_transformer_imports_parameters_read_as_data_and_self_attention
     graph, model = imported(net, torch.randn(2, 3, 16, 16), dynamic_shapes=({0: Dim("B")},))
     ops = {n.name: n.op for n in graph.nodes.values()}
     assert ops["class_token"] == ops["pos_embedding"] == "parameter"
-    assert ops["attn"] == "attention" and ops["expand"] == "expand" and ops["select"] == "select"
+    assert ops["attn"] == "attention"
+    assert ops["expand"] == "expand"
+    assert ops["select"] == "select"
     assert graph.nodes["expand"].params == {"shape": ["B", -1, -1]}
     assert graph.renames["attn.in_proj_weight"] == "nodes.n_attn.qkv.weight"
     assert graph.renames["class_token"] == "nodes.n_class_token.weight"
@@ -234,8 +237,10 @@ def test_data_dependent_control_flow_names_the_module_and_line() -> None:
     problem = err.value.problems[0]
     assert (problem.code, problem.node, problem.op) == ("E_IMPORT", "inner", "DataDependent")
     assert problem.location == f"{SUPPORT / 'import_models.py'}:182"
-    assert "GuardOnDataDependentSymNode" in problem.message and "(at `if y.sum() > 0:`)" in problem.message
-    assert problem.hint is not None and problem.hint.startswith("the forward branches on")
+    assert "GuardOnDataDependentSymNode" in problem.message
+    assert "(at `if y.sum() > 0:`)" in problem.message
+    assert problem.hint is not None
+    assert problem.hint.startswith("the forward branches on")
     assert err.value.__cause__ is not None  # torch's exception is chained, not lost
 
 
@@ -263,8 +268,10 @@ def test_a_dynamic_dim_the_model_fixes_says_what_torch_suggests() -> None:
     with pytest.raises(hndl.HndlError) as err:
         hndl.from_module(M.FixesBatch(), torch.randn(2, 4), dynamic_shapes=({0: Dim("B")},))
     problem = err.value.problems[0]
-    assert problem.code == "E_IMPORT" and "Constraints violated (B)" in problem.message
-    assert problem.hint is not None and problem.hint.endswith("torch suggests: B = 2")
+    assert problem.code == "E_IMPORT"
+    assert "Constraints violated (B)" in problem.message
+    assert problem.hint is not None
+    assert problem.hint.endswith("torch suggests: B = 2")
 
 
 def test_a_dynamic_dim_needs_an_example_size_of_two_or_more() -> None:
@@ -289,7 +296,9 @@ def test_a_forward_that_computes_otherwise_in_training_mode_is_said() -> None:
     net = M.TrainOnlyScale()
     with pytest.warns(ModeWarning, match=r"TrainOnlyScale \(<root>\) computes something else in training mode"):
         graph, model = imported(net, torch.randn(2, 4))
-    assert graph.notes == ["TrainOnlyScale (<root>) computes something else in training mode; the graph is its eval mode"]
+    assert graph.notes == [
+        "TrainOnlyScale (<root>) computes something else in training mode; the graph is its eval mode"
+    ]
     with torch.no_grad():
         assert_same_outputs(net, model, torch.randn(2, 4))
 
@@ -305,7 +314,9 @@ def test_the_module_keeps_its_own_mode() -> None:
     net = M.SmallResNet().train()
     net.layer1[0].eval()
     hndl.from_module(net, torch.randn(1, 3, 16, 16))
-    assert net.training and not net.layer1[0].training and net.layer1[1].training
+    assert net.training
+    assert not net.layer1[0].training
+    assert net.layer1[1].training
 
 
 # --- weights ---------------------------------------------------------------------------------------------------
@@ -333,12 +344,14 @@ def test_convert_names_unknown_and_missing_keys() -> None:
 def test_summary_and_draw_take_a_module_with_input_sizes() -> None:
     net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     table = hndl.summary(net, input_size=("B", 4), B=8)
-    assert table.trainable_params == 58 and table.macs == 8 * 48
+    assert table.trainable_params == 58
+    assert table.macs == 8 * 48
     assert [r.name for r in table.rows] == ["_0", "_1", "_2"]
     assert hndl.summary(net, input_size=(3, 4)).macs == 3 * 48
     assert hndl.summary(net, input_data=torch.randn(5, 4)).inputs == {"input": "[5, 4]"}
     picture = hndl.draw(net, input_size=[(2, 4)], format="mermaid")
-    assert isinstance(picture, str) and '"_0: linear<br/>[2, 8]"' in picture
+    assert isinstance(picture, str)
+    assert '"_0: linear<br/>[2, 8]"' in picture
 
 
 def test_summary_of_a_module_without_inputs_says_what_to_give() -> None:
@@ -350,7 +363,8 @@ def test_summary_of_a_module_without_inputs_says_what_to_give() -> None:
     )
     with pytest.raises(hndl.HndlError) as err:
         hndl.summary(nn.Linear(2, 2), input_size=[(2, 2.5)])
-    assert err.value.code == "E_INPUT" and "is not one input's sizes" in str(err.value)
+    assert err.value.code == "E_INPUT"
+    assert "is not one input's sizes" in str(err.value)
     with pytest.raises(hndl.HndlError) as err:
         hndl.summary(nn.Linear(2, 2), input_size=((2, 2), "float99"))
     assert str(err.value).startswith("E_INPUT: 'float99' is not a torch dtype")
@@ -403,7 +417,8 @@ def test_hndl_import_to_standard_output_writes_comments_after_the_spec(tmp_path:
     result = run_cli(tmp_path, "import", "import_models:Clipped", "--input", "2,4")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "hndl: 1" and "  act: {op: module, in: fc, target: 'torch.nn:ReLU6', kwargs: {inplace: true}}" in lines
+    assert lines[0] == "hndl: 1"
+    assert "  act: {op: module, in: fc, target: 'torch.nn:ReLU6', kwargs: {inplace: true}}" in lines
     assert lines[-3:] == [
         "# Clipped: 3 nodes (2 module nodes), 20 parameters",
         "# module node act (torch.nn.modules.activation.ReLU6): hndl has no op for aten.hardtanh_.default (waits on "
@@ -419,7 +434,9 @@ def test_hndl_summary_and_draw_take_a_python_reference_with_input(tmp_path: Path
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == "SmallResNet (import_models:SmallResNet)"
     assert "params:      2,682 (trainable 2,682, non-trainable 0)" in result.stdout
-    result = run_cli(tmp_path, "draw", "import_models:TwoInputs", "--input", "B,3:int64", "--input", "B,3,6", "-o", "m.mmd")
+    result = run_cli(
+        tmp_path, "draw", "import_models:TwoInputs", "--input", "B,3:int64", "--input", "B,3,6", "-o", "m.mmd"
+    )
     assert result.returncode == 0, result.stderr
     assert "emb: embedding" in (tmp_path / "m.mmd").read_text()
 
@@ -436,7 +453,8 @@ def test_hndl_import_reports_what_it_cannot_import(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "E_IMPORT WritesInput '<root>': aten.mul_.Tensor writes into the input 'x' in place" in result.stdout
     result = run_cli(tmp_path, "import", "import_models:Block", "--input", "2,4", "--kwargs", "[1]")
-    assert result.returncode == 2 and "--kwargs must be a JSON object" in result.stderr
+    assert result.returncode == 2
+    assert "--kwargs must be a JSON object" in result.stderr
 
 
 def test_importing_hndl_importer_does_not_import_torch() -> None:
@@ -453,7 +471,8 @@ def test_every_row_names_a_real_aten_operation_or_torch_nn_layer() -> None:
 
     for target in [*FUNCTIONS, *PENDING]:
         namespace, name, overload = target.split(".")
-        assert namespace == "aten" and hasattr(getattr(torch.ops.aten, name), overload), target
+        assert namespace == "aten", target
+        assert hasattr(getattr(torch.ops.aten, name), overload), target
     assert not set(FUNCTIONS) & set(PENDING)
     for path in MODULES:
         module, _, cls = path.rpartition(".")

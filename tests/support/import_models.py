@@ -74,7 +74,7 @@ class Shapes(nn.Module):
         self.proj = nn.Linear(12, 12)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        b, t, d = x.shape
+        b, t, _d = x.shape
         h = self.proj(x).view(b, t, 3, 4).transpose(1, 2).contiguous()
         a, c = h.chunk(2, dim=-1)
         scores = torch.matmul(a, c.transpose(-2, -1)).softmax(dim=-1)

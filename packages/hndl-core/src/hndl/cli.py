@@ -169,7 +169,7 @@ def _load(file: str, *, allow_imports: bool, args: argparse.Namespace | None = N
         if args is not None and getattr(args, "input", None):
             from .importer._cli import import_reference
 
-            return import_reference(file, args.input, args.dims, args.kwargs)[1]  # type: ignore[no-any-return]
+            return import_reference(file, args.input, args.dims, args.kwargs)[1]
         if file == "-":
             return loads(sys.stdin.read(), allow_imports=allow_imports)
         if file.startswith("zoo:"):

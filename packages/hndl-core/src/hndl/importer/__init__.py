@@ -64,9 +64,7 @@ def from_module(module: Any, *example_args: Any, dynamic_shapes: Any = None) -> 
     from ._translate import Retrace, translate
 
     if not isinstance(module, torch.nn.Module):
-        raise HndlError(
-            Problem("E_IMPORT", f"from_module takes a torch.nn.Module, not {type(module).__name__}")
-        )
+        raise HndlError(Problem("E_IMPORT", f"from_module takes a torch.nn.Module, not {type(module).__name__}"))
     args = tuple(example_args)
     _check_example_sizes(module, args, dynamic_shapes)
     in_training = _traced_in_training(module)

@@ -122,7 +122,8 @@ def _resolve(reference: str) -> Any:
             if not path.is_file():
                 raise HndlError(Problem("E_IMPORT", f"no such file: {location!r}"))
             spec = importlib.util.spec_from_file_location(path.stem, path)
-            assert spec is not None and spec.loader is not None
+            if spec is None or spec.loader is None:
+                raise HndlError(Problem("E_IMPORT", f"{location!r} cannot be loaded as a Python module"))
             found: Any = importlib.util.module_from_spec(spec)
             sys.modules.setdefault(path.stem, found)
             spec.loader.exec_module(found)
@@ -133,9 +134,7 @@ def _resolve(reference: str) -> Any:
     except HndlError:
         raise
     except Exception as exc:
-        raise HndlError(
-            Problem("E_IMPORT", f"cannot import {reference!r}: {type(exc).__name__}: {exc}")
-        ) from exc
+        raise HndlError(Problem("E_IMPORT", f"cannot import {reference!r}: {type(exc).__name__}: {exc}")) from exc
     return found
 
 

@@ -84,7 +84,7 @@ def _arguments(module: Any) -> dict[str, Any]:
             value = getattr(module, name)
             if isinstance(p.default, bool) and (value is None or isinstance(value, torch.Tensor)):
                 value = value is not None
-            if isinstance(value, torch.nn.Module) or isinstance(value, torch.Tensor):
+            if isinstance(value, (torch.nn.Module, torch.Tensor)):
                 missing.append(name)
                 continue
             try:

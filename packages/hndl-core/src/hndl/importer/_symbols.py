@@ -118,9 +118,7 @@ class Symbols:
         raise NotExpressible(f"size {e} cannot be written as an hndl dim (only +, * and // are)")
 
 
-def name_symbols(
-    placeholders: Sequence[tuple[str, Any]], specs: Sequence[Any], example: Sequence[Any]
-) -> Symbols:
+def name_symbols(placeholders: Sequence[tuple[str, Any]], specs: Sequence[Any], example: Sequence[Any]) -> Symbols:
     """The hndl names of the symbols in the inputs' traced shapes.
 
     Args:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._symbols import NotExpressible, Symbols
+from ._symbols import Symbols
 
 __all__ = ["FUNCTIONS", "MODULES", "PENDING", "Alias", "Call", "Emit", "Site", "Unsupported"]
 
@@ -94,12 +94,19 @@ class Site:
             raise Unsupported(f"argument {name!r} is not a list of tensors")
         return list(values)
 
-    def weight(self, name: str, optional: bool = False) -> str | None:
-        """The state-dict key of the parameter passed as ``name`` (``None`` for an optional argument left out)."""
+    def weight(self, name: str) -> str:
+        """The state-dict key of the parameter passed as ``name``."""
+        key = self.optional_weight(name)
+        if key is None:
+            raise Unsupported(f"argument {name!r} is missing")
+        return key
+
+    def optional_weight(self, name: str) -> str | None:
+        """The state-dict key of the parameter passed as ``name``, or ``None`` when the argument is ``None``."""
         value = self.args.get(name)
-        if value is None and optional:
+        if value is None:
             return None
-        key = self.parameters.get(getattr(value, "name", ""), None) if getattr(value, "op", "") == "placeholder" else None
+        key = self.parameters.get(value.name) if getattr(value, "op", "") == "placeholder" else None
         if key is None:
             raise Unsupported(f"argument {name!r} is a computed tensor, not a parameter of the model")
         return key
@@ -111,10 +118,11 @@ class Site:
     def ints(self, name: str) -> list[int]:
         """An argument that must be a list of plain ints (kernel sizes, strides, dims)."""
         value = self.args.get(name)
-        items = value if isinstance(value, (list, tuple)) else [value]
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+        items: list[Any] = list(value) if isinstance(value, (list, tuple)) else [value]
+        ints = [v for v in items if isinstance(v, int) and not isinstance(v, bool)]
+        if len(ints) != len(items):
             raise Unsupported(f"argument {name!r} is {_show(value)}, not a list of constant ints")
-        return [int(v) for v in items]
+        return ints
 
     def number(self, name: str) -> Any:
         """An argument that must be a constant number (not a traced size or tensor)."""
@@ -199,16 +207,16 @@ def _times_constant(site: Site, a: Any, other: Any) -> Emit:
 
 def _linear(site: Site) -> Emit:
     weight = site.weight("weight")
-    bias = site.weight("bias", optional=True)
+    bias = site.optional_weight("bias")
     out_features = int(site.shape(site.args["weight"])[0])
-    weights = {"weight": weight} | ({"bias": bias} if bias else {})
+    weights = {"weight": weight} | ({"bias": bias} if bias is not None else {})
     return Emit("linear", [site.tensor("input")], {"out_features": out_features, "bias": bias is not None}, weights)
 
 
 def _conv(op: str, dims: int, transposed: bool = False) -> Row:
     def row(site: Site) -> Emit:
         weight = site.weight("weight")
-        bias = site.weight("bias", optional=True)
+        bias = site.optional_weight("bias")
         w = [int(s) for s in site.shape(site.args["weight"])]
         padding = site.args.get("padding")
         if isinstance(padding, str):
@@ -225,7 +233,7 @@ def _conv(op: str, dims: int, transposed: bool = False) -> Row:
         }
         if transposed:
             params["output_padding"] = _pair(site.ints("output_padding"), dims)
-        weights = {"weight": weight} | ({"bias": bias} if bias else {})
+        weights = {"weight": weight} | ({"bias": bias} if bias is not None else {})
         return Emit(op, [site.tensor("input")], params, weights)
 
     return row
@@ -268,8 +276,8 @@ def _adaptive(op: str, dims: int) -> Row:
 
 
 def _layer_norm(site: Site) -> Emit:
-    weight = site.weight("weight", optional=True)
-    bias = site.weight("bias", optional=True)
+    weight = site.optional_weight("weight")
+    bias = site.optional_weight("bias")
     if bias is not None and weight is None:
         raise Unsupported("layer_norm with a bias and no weight")
     params = {"normalized_shape": site.ints("normalized_shape"), "eps": float(site.number("eps"))}
@@ -277,13 +285,13 @@ def _layer_norm(site: Site) -> Emit:
         params["elementwise_affine"] = False
     elif bias is None:
         params["bias"] = False
-    weights = ({"weight": weight} if weight else {}) | ({"bias": bias} if bias else {})
+    weights = ({"weight": weight} if weight is not None else {}) | ({"bias": bias} if bias is not None else {})
     return Emit("layernorm", [site.tensor("input")], params, weights)
 
 
 def _group_norm(site: Site) -> Emit:
-    weight = site.weight("weight", optional=True)
-    bias = site.weight("bias", optional=True)
+    weight = site.optional_weight("weight")
+    bias = site.optional_weight("bias")
     if (weight is None) != (bias is None):
         raise Unsupported("group_norm with only one of weight and bias")
     x = site.tensor("input")
@@ -293,7 +301,7 @@ def _group_norm(site: Site) -> Emit:
         "eps": float(site.number("eps")),
         "affine": weight is not None,
     }
-    weights = {"weight": weight, "bias": bias} if weight and bias else {}
+    weights = {"weight": weight, "bias": bias} if weight is not None and bias is not None else {}
     return Emit("groupnorm", [x], params, weights)
 
 
@@ -301,7 +309,7 @@ def _embedding(site: Site) -> Emit:
     if site.args.get("scale_grad_by_freq") or site.args.get("sparse"):
         raise Unsupported("embedding with scale_grad_by_freq or sparse")
     weight = site.weight("weight")
-    n, d = (int(s) for s in site.shape(site.args["weight"]))
+    n, d = (int(size) for size in site.shape(site.args["weight"]))
     padding_idx = site.args.get("padding_idx", -1)
     params: dict[str, Any] = {"num_embeddings": n, "embedding_dim": d}
     if padding_idx is not None and padding_idx >= 0:
@@ -358,7 +366,9 @@ def _reshape(site: Site) -> Emit | Alias:
 
 
 def _flatten(site: Site) -> Emit:
-    return Emit("flatten", [site.tensor("self")], {"start_dim": site.args["start_dim"], "end_dim": site.args["end_dim"]})
+    return Emit(
+        "flatten", [site.tensor("self")], {"start_dim": site.args["start_dim"], "end_dim": site.args["end_dim"]}
+    )
 
 
 def _permute(site: Site) -> Emit:
@@ -701,10 +711,12 @@ def _batchnorm(op: str) -> Callable[[Call], Emit]:
 def _multihead_attention(call: Call) -> Emit:
     """``nn.MultiheadAttention`` used as self-attention (``m(x, x, x)``, batch first, no mask) -> ``attention``."""
     m = call.module
-    q, k, v = (list(call.args) + [None, None, None])[:3]
+    q, k, v = ([*list(call.args), None, None, None])[:3]
     if not (_is_tensor_node(q) and q is k and k is v):
         raise Unsupported("not self-attention: query, key and value are not one tensor")
-    options = dict(zip(("key_padding_mask", "need_weights", "attn_mask", "average_attn_weights", "is_causal"), call.args[3:]))
+    options = dict(
+        zip(("key_padding_mask", "need_weights", "attn_mask", "average_attn_weights", "is_causal"), call.args[3:])
+    )
     options.update(call.kwargs)
     for name in ("key_padding_mask", "attn_mask"):
         if options.get(name) is not None:

@@ -104,7 +104,7 @@ def _modes(module: Any, in_training: frozenset[str]) -> Iterator[None]:
 
 
 @cache
-def _forward_reads_training(cls: type) -> bool:
+def _forward_reads_training(cls: Any) -> bool:
     """Whether ``cls.forward``'s source mentions ``training`` (unknown source counts as yes)."""
     try:
         source = inspect.getsource(cls.forward)
@@ -115,7 +115,8 @@ def _forward_reads_training(cls: type) -> bool:
 
 def reads_training(module: Any) -> bool:
     """Whether ``module``'s class has a forward that reads ``self.training`` (by its source text)."""
-    return _forward_reads_training(type(module))
+    cls: Any = type(module)
+    return _forward_reads_training(cls)
 
 
 # --- failures -------------------------------------------------------------------------------------------------

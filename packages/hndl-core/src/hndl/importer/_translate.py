@@ -29,15 +29,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._check import check
-from .._dims import evaluate
 from .._contracts import is_unknown
+from .._dims import evaluate
 from .._errors import HndlError, Problem
 from .._graph import Handle
 from .._registry import registry
 from ..naming import dtype_name
 from ._fallback import NotRebuildable, Rebuilt, rebuild
 from ._imported import Fallback, ImportedGraph
-from ._symbols import NotExpressible, Symbols, name_symbols
+from ._symbols import NotExpressible, name_symbols
 from ._table import FUNCTIONS, PENDING, Alias, Call, Emit, Port, Site, Unsupported, module_row
 from ._trace import Traced, cut, node_location, reads_training
 
@@ -59,8 +59,7 @@ class _CallInfo:
 
 
 _HINT_TABLE = (
-    "an op that does this, added as a row of hndl.importer.FUNCTIONS (or the layer's class in MODULES), "
-    "would import it"
+    "an op that does this, added as a row of hndl.importer.FUNCTIONS (or the layer's class in MODULES), would import it"
 )
 
 
@@ -125,7 +124,7 @@ class _Translator:
         self.signatures = {e.fqn: e.signature for e in self.program.module_call_graph if e.fqn and e.signature}
         self.calls: dict[str, _CallInfo] = {}
         self.stacks = {n: self._stack(n) for n in self._operations()}
-        for fqn, signature in self.signatures.items():  # calls that left no node (an identity in eval mode)
+        for fqn in self.signatures:  # calls that left no node (an identity in eval mode)
             if fqn not in self.calls:
                 self._call_info(fqn, fqn.split("@")[0])
         self.within: dict[str, set[Any]] = {fqn: set() for fqn in self.calls}
@@ -426,7 +425,9 @@ class _Translator:
                 name = self._name(path if alone else f"{path}_{result.op}" if path else result.op)
                 handle = self._add(result, name)
                 self.values[n] = handle
-                self.expected[name] = list(n.meta["val"]) if isinstance(n.meta["val"], (list, tuple)) else [n.meta["val"]]
+                self.expected[name] = (
+                    list(n.meta["val"]) if isinstance(n.meta["val"], (list, tuple)) else [n.meta["val"]]
+                )
             elif isinstance(result, Alias):
                 self.values[n] = self.ref(result.value)
             elif isinstance(result, Port):
@@ -449,7 +450,9 @@ class _Translator:
         if info.rebuilt.kwargs:
             params["kwargs"] = info.rebuilt.kwargs
         first = inputs[0].meta["val"]
-        same = len(first.shape) == len(value.shape) and all(self.symbols.same(a, b) for a, b in zip(first.shape, value.shape))
+        same = len(first.shape) == len(value.shape) and all(
+            self.symbols.same(a, b) for a, b in zip(first.shape, value.shape)
+        )
         if not same:
             shape = [self.symbols.plain(s) for s in value.shape]
             if any(s is None for s in shape):
