@@ -19,6 +19,7 @@ import hndl
 from hndl.importer import FUNCTIONS, MODULES, PENDING, ImportedGraph, ModeWarning
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def imported(net: nn.Module, *args: torch.Tensor, dynamic_shapes: Any = None) -> tuple[ImportedGraph, Any]:
@@ -477,3 +478,11 @@ def test_every_row_names_a_real_aten_operation_or_torch_nn_layer() -> None:
     for path in MODULES:
         module, _, cls = path.rpartition(".")
         assert isinstance(getattr(importlib.import_module(module), cls), type), path
+
+
+def test_the_import_page_lists_every_row() -> None:
+    page = (DOCS / "import.md").read_text()
+    for target in FUNCTIONS:
+        assert f"`{target}`" in page, target
+    for path in MODULES:
+        assert path.rsplit(".", 1)[-1] in page, path

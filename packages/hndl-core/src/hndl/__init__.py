@@ -189,7 +189,7 @@ def from_module(module: Any, *example_args: Any, dynamic_shapes: Any = None) -> 
 
 def __getattr__(name: str) -> Any:
     # torch is imported only when a model is built: describing and checking graphs must not need it.
-    if name in ("torch", "func", "docs", "zoo"):
+    if name in ("torch", "func", "docs", "zoo", "importer"):
         import importlib
 
         try:
