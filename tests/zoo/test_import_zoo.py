@@ -144,7 +144,14 @@ def transformers_model(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     if name == "gpt2":
         config = transformers.GPT2Config(
-            n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=64, use_cache=False, bos_token_id=0, eos_token_id=0
+            n_layer=2,
+            n_embd=64,
+            n_head=4,
+            vocab_size=100,
+            n_positions=64,
+            use_cache=False,
+            bos_token_id=0,
+            eos_token_id=0,
         )
         net = transformers.GPT2LMHeadModel(config)
     elif name == "bert":
