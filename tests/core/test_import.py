@@ -158,6 +158,18 @@ def test_tied_weights_stay_tied_and_both_keys_load() -> None:
         assert_same_outputs(net, model, torch.randint(0, 20, (3, 4)))
 
 
+def test_an_lstm_whose_sequence_alone_is_used_becomes_the_lstm_op() -> None:
+    net = M.Tagger()
+    ids = torch.randint(0, 20, (2, 5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch.export's own note on nn.LSTM's _flat_weights
+        graph, model = imported(net, ids, dynamic_shapes=({0: Dim("B")},))
+    assert graph.nodes["lstm"].params == {"hidden_size": 16, "num_layers": 2, "bidirectional": True}
+    assert graph.renames["lstm.weight_hh_l1_reverse"] == "nodes.n_lstm.weight_hh_l1_reverse"
+    with torch.no_grad():
+        assert_same_outputs(net, model, torch.randint(0, 20, (3, 5)))
+
+
 def test_several_inputs_keep_their_names_and_integer_dtypes() -> None:
     net = M.TwoInputs()
     ids, feats = torch.randint(0, 10, (2, 3)), torch.randn(2, 3, 6)

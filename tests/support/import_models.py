@@ -259,3 +259,17 @@ class TwoInputs(nn.Module):
 
     def forward(self, ids: Tensor, feats: Tensor) -> Tensor:
         return self.emb(ids) + self.fc(feats)
+
+
+class Tagger(nn.Module):
+    """Embedding, LSTM (its output sequence only), a head per step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self.lstm = nn.LSTM(8, 16, num_layers=2, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(32, 3)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        out, _ = self.lstm(self.emb(ids))
+        return self.head(out)

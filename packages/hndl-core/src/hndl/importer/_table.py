@@ -737,11 +737,38 @@ def _multihead_attention(call: Call) -> Emit:
     return Emit("attention", [q], params, _state_keys(call, names))
 
 
+def _recurrent(op: str) -> Callable[[Call], Emit]:
+    """``nn.LSTM``/``nn.GRU`` (batch first, no initial state) whose output sequence alone is used -> ``lstm``/``gru``
+    (hndl's layers subclass torch's, so the parameters keep their names)."""
+
+    def row(call: Call) -> Emit:
+        m = call.module
+        if len(call.args) != 1 or call.kwargs or not _is_tensor_node(call.args[0]):
+            raise Unsupported("called with an initial state or other arguments than one tensor")
+        if not m.batch_first or getattr(m, "proj_size", 0):
+            raise Unsupported("batch_first=False or proj_size")
+        if any(call.used[1:]):
+            raise Unsupported("its final states are used (hndl's op gives the output sequence or the last layer's)")
+        params = {
+            "hidden_size": int(m.hidden_size),
+            "num_layers": int(m.num_layers),
+            "bidirectional": bool(m.bidirectional),
+            "dropout": float(m.dropout),
+            "bias": bool(m.bias),
+        }
+        names = {name: name for name in m.state_dict()}
+        return Emit(op, [call.args[0]], params, _state_keys(call, names))
+
+    return row
+
+
 #: Layer class (``module.qualname``) -> row. A subclass that only adds a constructor maps like its base.
 MODULES: dict[str, Callable[[Call], Emit]] = {
     "torch.nn.modules.batchnorm.BatchNorm1d": _batchnorm("batchnorm1d"),
     "torch.nn.modules.batchnorm.BatchNorm2d": _batchnorm("batchnorm2d"),
     "torch.nn.modules.activation.MultiheadAttention": _multihead_attention,
+    "torch.nn.modules.rnn.LSTM": _recurrent("lstm"),
+    "torch.nn.modules.rnn.GRU": _recurrent("gru"),
 }
 
 
