@@ -745,7 +745,7 @@ def _recurrent(op: str) -> Callable[[Call], Emit]:
         m = call.module
         if len(call.args) != 1 or call.kwargs or not _is_tensor_node(call.args[0]):
             raise Unsupported("called with an initial state or other arguments than one tensor")
-        if not m.batch_first or getattr(m, "proj_size", 0):
+        if not m.batch_first or getattr(m, "proj_size", 0) != 0:
             raise Unsupported("batch_first=False or proj_size")
         if any(call.used[1:]):
             raise Unsupported("its final states are used (hndl's op gives the output sequence or the last layer's)")
