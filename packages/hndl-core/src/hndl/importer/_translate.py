@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .._check import check
@@ -49,13 +49,11 @@ class _CallInfo:
     fqn: str  # path, with "@n" for the n-th further call of the same layer
     path: str
     module: Any
-    signature: Any
-    parent: str | None
+    signature: Any  # what the call took and gave, when the trace preserved it
     kind: str = ""  # "row", "fallback" or "" (traced through)
     emit: Emit | None = None
     rebuilt: Rebuilt | None = None
     reason: str = ""
-    nodes: list[Any] = field(default_factory=list)
 
 
 _HINT_TABLE = (
@@ -127,13 +125,10 @@ class _Translator:
         for fqn in self.signatures:  # calls that left no node (an identity in eval mode)
             if fqn not in self.calls:
                 self._call_info(fqn, fqn.split("@")[0])
-        self.within: dict[str, set[Any]] = {fqn: set() for fqn in self.calls}
+        self.within: dict[str, set[Any]] = {fqn: set() for fqn in self.calls}  # the nodes each call ran
         for n, stack in self.stacks.items():
-            for outer, inner in zip([None, *stack], stack):
-                self.calls[inner].parent = outer
-                self.within[inner].add(n)
-            if stack:
-                self.calls[stack[-1]].nodes.append(n)
+            for fqn in stack:
+                self.within[fqn].add(n)
         #: Calls that need their signature preserved by another trace before they can be module nodes.
         self.unpreserved: set[str] = set()
 
@@ -146,7 +141,7 @@ class _Translator:
                 module = self.root.get_submodule(path)
             except AttributeError:
                 return None
-            info = self.calls[fqn] = _CallInfo(fqn, path, module, self.signatures.get(fqn), None)
+            info = self.calls[fqn] = _CallInfo(fqn, path, module, self.signatures.get(fqn))
         return info
 
     def stack(self, node: Any) -> list[str]:
