@@ -16,7 +16,7 @@ Then ``hndl.check`` judges the graph, and every node's inferred output shape is 
 the example's sizes: a difference is the importer's mistake and is reported rather than returned.
 
 In-place operations are written as their out-of-place op. That is the same computation unless something reads
-the written tensor, or a view of it, made before the write, after it: each such read is found (``_Aliases``) and
+the written tensor, or a view of it, made before the write, after it: each such read is found (``_aliases``) and
 refused, as is any write into a graph input.
 """
 
@@ -29,17 +29,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._check import check
-from .._contracts import is_unknown
-from .._dims import evaluate
 from .._errors import HndlError, Problem
 from .._graph import Handle
 from .._registry import registry
 from ..naming import dtype_name
+from ._aliases import Aliases
 from ._fallback import NotRebuildable, Rebuilt, rebuild
 from ._imported import Fallback, ImportedGraph
 from ._symbols import NotExpressible, name_symbols
 from ._table import FUNCTIONS, PENDING, Alias, Call, Emit, Port, Site, Unsupported, module_row
 from ._trace import Traced, cut, node_location, reads_training
+from ._verify import shape_differences
 
 __all__ = ["Retrace", "node_name", "translate"]
 
@@ -241,7 +241,7 @@ class _Translator:
 
     def _operations_pass(self) -> dict[Any, Any]:
         """Pass 2: each traced operation outside the units through its row."""
-        aliases = _Aliases(self)
+        aliases = Aliases(self.nodes, self.user_inputs, self.parameters, self.buffers, self.describe)
         results: dict[Any, Any] = {}
         for n in self._operations():
             if self.unit(n) is not None:
@@ -252,7 +252,13 @@ class _Translator:
                 results[n] = exc
         return results
 
-    def _operation(self, n: Any, aliases: _Aliases) -> Any:
+    def describe(self, node: Any) -> tuple[str, str]:
+        """The path and class name of the layer call ``node`` ran in (``<root>`` for the module itself)."""
+        stack = self.stack(node)
+        info = self.calls[stack[-1]] if stack else None
+        return (info.path, _class_name(info.module)) if info else ("<root>", _class_name(self.root))
+
+    def _operation(self, n: Any, aliases: Aliases) -> Any:
         value = n.meta.get("val")
         target = str(n.target)
         if target == "<built-in function getitem>":
@@ -534,38 +540,15 @@ class _Translator:
 
     def _verify(self) -> None:
         """``hndl.check`` the graph, then hold every node's inferred shapes to the traced ones."""
+        title = f"import of {type(self.root).__name__}"
         try:
             checked = check(self.graph)
         except HndlError as exc:
-            raise HndlError(
-                [*exc.problems, Problem("E_IMPORT", "the imported graph does not check (a mistake of the importer)")],
-                title=f"import of {type(self.root).__name__}",
-            ) from None
-        env = {name: self.symbols.hints[sym] for sym, name in self.symbols.names.items() if sym in self.symbols.hints}
-        problems = []
-        for node in checked.nodes:
-            traced = self.expected.get(node.name)
-            if traced is None:
-                continue
-            for port, (t, value) in enumerate(zip(node.out_types, traced)):
-                if t.shape is None:
-                    continue
-                want = self.symbols.values(value)
-                got = [None if is_unknown(d) else evaluate(d, env) for d in t.shape]
-                if len(got) != len(want) or any(g is not None and g != w for g, w in zip(got, want)):
-                    problems.append(
-                        Problem(
-                            "E_IMPORT",
-                            "hndl infers another shape than torch traced (a mistake of the importer)",
-                            node=node.name,
-                            op=node.op,
-                            port=str(port),
-                            expected=want,
-                            actual=got,
-                        )
-                    )
+            mistake = Problem("E_IMPORT", "the imported graph does not check (a mistake of the importer)")
+            raise HndlError([*exc.problems, mistake], title=title) from None
+        problems = shape_differences(checked, self.expected, self.symbols)
         if problems:
-            raise HndlError(problems, title=f"import of {type(self.root).__name__}")
+            raise HndlError(problems, title=title)
 
     def training_readers(self) -> dict[str, str]:
         """The calls traced through (not one node) whose forward reads ``self.training``, outside torch.nn:
@@ -581,68 +564,6 @@ class _Translator:
         return readers
 
 
-class _Aliases:
-    """Which traced tensors share memory, and whether an in-place write changes a value that is read later.
-
-    A view (``view``, ``transpose``, ``select``...) and an in-place operation's result alias their input, as the
-    operation's schema says (``Tensor(a)``). A write into a tensor is safe to translate out of place unless a
-    tensor of its alias group that was made before the write is read after it.
-    """
-
-    def __init__(self, translator: _Translator) -> None:
-        self.t = translator
-        self.root: dict[Any, Any] = {}
-        self.writes: dict[Any, list[int]] = {}
-        for n in translator.nodes:
-            self.root[n] = n
-            schema = getattr(n.target, "_schema", None) if n.op == "call_function" else None
-            if schema is None:
-                if n.op == "call_function" and str(n.target) == "<built-in function getitem>":
-                    self.root[n] = self.root.get(n.args[0], n.args[0])
-                continue
-            for i, arg in enumerate(schema.arguments):
-                info = arg.alias_info
-                if info is None or i >= len(n.args) or not hasattr(n.args[i], "op"):
-                    continue
-                source = self.root.get(n.args[i], n.args[i])
-                if schema.returns and schema.returns[0].alias_info is not None:
-                    self.root[n] = source
-                if info.is_write:
-                    self.writes.setdefault(source, []).append(translator.position[n])
-
-    def check(self, n: Any) -> None:
-        """Refuse ``n`` if it writes into an input, or reads a value an earlier write changed."""
-        t = self.t
-        schema = getattr(n.target, "_schema", None)
-        if schema is not None:
-            for i, arg in enumerate(schema.arguments):
-                if arg.alias_info is not None and arg.alias_info.is_write and i < len(n.args):
-                    source = self.root.get(n.args[i], n.args[i])
-                    if getattr(source, "op", "") == "placeholder":
-                        what = "the input" if source in t.user_inputs else "the parameter or buffer"
-                        key = t.parameters.get(source.name) or t.buffers.get(source.name) or source.name
-                        if source in t.user_inputs:
-                            location, code = node_location(n)
-                            raise HndlError(
-                                Problem(
-                                    "E_IMPORT",
-                                    f"{n.target} writes into the input {key!r} in place"
-                                    + (f" (at `{cut(code, 100)}`)" if code else ""),
-                                    node=_where(t, n),
-                                    op=_class_name(_module_at(t, n)),
-                                    location=location,
-                                    hint="a graph never changes its inputs: write x = x + 1 instead of x += 1",
-                                )
-                            )
-                        raise Unsupported(f"{n.target} writes into {what} {key!r} in place")
-        here = t.position[n]
-        for arg in _tensor_args(n):
-            source = self.root.get(arg, arg)
-            for write in self.writes.get(source, ()):
-                if t.position.get(arg, -1) < write < here:
-                    raise Unsupported(f"reads {arg.name!r} after an in-place operation changed it through another view")
-
-
 def _without_defaults(emit: Emit) -> dict[str, Any]:
     """The node's parameters less those equal to the op's defaults, so a spec says only what differs."""
     opdef = registry.find(emit.op)
@@ -654,24 +575,6 @@ def _without_defaults(emit: Emit) -> dict[str, Any]:
         for k, v in emit.params.items()
         if k not in defaults or not (type(v) is type(defaults[k]) and v == defaults[k])
     }
-
-
-def _tensor_args(n: Any) -> Iterator[Any]:
-    for a in [*n.args, *n.kwargs.values()]:
-        if isinstance(a, (list, tuple)):
-            yield from (x for x in a if hasattr(x, "op"))
-        elif hasattr(a, "op"):
-            yield a
-
-
-def _where(t: _Translator, n: Any) -> str:
-    stack = t.stack(n)
-    return t.calls[stack[-1]].path if stack else "<root>"
-
-
-def _module_at(t: _Translator, n: Any) -> Any:
-    stack = t.stack(n)
-    return t.calls[stack[-1]].module if stack else t.root
 
 
 def _reason(n: Any, result: Unsupported) -> str:
