@@ -7,6 +7,7 @@
                  [--input-size 8,3,224,224]  (the symbols bound from the inputs' sizes instead)
     hndl draw FILE -o OUT [--dpi N]   a picture: .svg or .png (Graphviz's dot; PNG at 300 dpi), .dot or .mmd
     hndl ops [NAME]                   the ops (name and summary), or one op: parameters, ports, shape rule
+    hndl import REF --input SIZES     an nn.Module (package.module:name) as a spec file (hndl.from_module)
 
 FILE may be ``-`` (the spec on stdin) or ``zoo:NAME`` (a model of ``hndl.zoo``, when installed). ``check`` never
 imports torch unless asked to build the layers (``--build``), so it answers at once. Also runnable as
@@ -64,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _summary(args, out=out)
         if args.command == "ops":
             return _ops(args.name, out=out)
+        if args.command == "import":
+            return _import(args, out=out)
         return _draw(args, out=out)
     except BrokenPipeError:
         # `hndl summary big.yaml | head`: the reader left; say nothing more, and keep Python from
@@ -181,6 +184,13 @@ def parser() -> argparse.ArgumentParser:
         "output ports (shape pattern, dtype rule) and its shape rule, from the registry the checker uses.",
     )
     ops_cmd.add_argument("name", nargs="?", metavar="NAME", help="an op name, e.g. linear")
+
+    # An nn.Module named by a Python reference instead of FILE (hndl.importer): summary/draw take --input.
+    from .importer._cli import add_import_command, add_input_option
+
+    add_input_option(summary_cmd)
+    add_input_option(draw_cmd)
+    add_import_command(commands, _dims)
     return top
 
 
@@ -195,9 +205,14 @@ class _Failed(Exception):
         self.problems = problems
 
 
-def _load(file: str, *, allow_imports: bool) -> Graph:
-    """The graph ``file`` names: a path, ``-`` (stdin) or ``zoo:NAME``. Raises :class:`_Failed`."""
+def _load(file: str, *, allow_imports: bool, args: argparse.Namespace | None = None) -> Graph:
+    """The graph ``file`` names: a path, ``-`` (stdin) or ``zoo:NAME``; with ``--input`` in ``args``, a Python
+    reference to an nn.Module, imported. Raises :class:`_Failed`."""
     try:
+        if args is not None and getattr(args, "input", None):
+            from .importer._cli import import_reference
+
+            return import_reference(file, args.input, args.dims, args.kwargs)[1]
         if file == "-":
             return loads(sys.stdin.read(), allow_imports=allow_imports)
         if file.startswith("zoo:"):
@@ -252,9 +267,9 @@ def _shown(name: str) -> str:
     return text if len(text) <= SHOWN_NAME else text[: SHOWN_NAME - 3] + "..."
 
 
-def _prepare(file: str, *, allow_imports: bool) -> tuple[Graph, Any]:
+def _prepare(file: str, *, allow_imports: bool, args: argparse.Namespace | None = None) -> tuple[Graph, Any]:
     """Load ``file`` and build its model on the meta device; raises :class:`_Failed` with every problem."""
-    graph = _load(file, allow_imports=allow_imports)
+    graph = _load(file, allow_imports=allow_imports, args=args)
     from .torch._meta import build_on_meta
 
     try:
@@ -363,7 +378,7 @@ def _summary(args: argparse.Namespace, *, out: IO[str]) -> int:
     from ._summary import summary
 
     try:
-        _, model = _prepare(args.file, allow_imports=args.allow_imports)
+        _, model = _prepare(args.file, allow_imports=args.allow_imports, args=args)
         try:
             sizes = args.input_size
             table = summary(
@@ -388,7 +403,7 @@ def _draw(args: argparse.Namespace, *, out: IO[str]) -> int:
     from ._draw import draw
 
     try:
-        graph = _load(args.file, allow_imports=args.allow_imports)
+        graph = _load(args.file, allow_imports=args.allow_imports, args=args)
         try:
             dpi = {} if args.dpi is None else {"dpi": args.dpi}
             draw(graph, args.output, depth=args.depth, **dpi, **args.dims)
@@ -473,6 +488,18 @@ def _columns(header: list[str], rows: list[list[str]]) -> list[str]:
     table = [header, *rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     return ["  " + "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]]).rstrip() for row in table]
+
+
+def _import(args: argparse.Namespace, *, out: IO[str]) -> int:
+    from .importer._cli import run_import
+
+    try:
+        lines = run_import(args)
+    except HndlError as exc:
+        return _fail(_Failed(exc.problems), args.reference, out)
+    for line in lines:
+        _say(line, out)
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
