@@ -11,7 +11,8 @@
 - docs: the reference docs are current (``python -m hndl.docs --check``) and the Sphinx site builds.
 - bench: the benchmarks (marked ``benchmark``, in benchmarks/ and tests/func/), which compare against
   hand-written PyTorch (and torch.func) in one process.
-- install_docs: the README's set-up command and the quickstart's shell and python blocks, run exactly as written
+- install_docs: the README's set-up and drawing commands, the quickstart's shell and python blocks, and the
+  tutorial's shell commands (after the set-up and its first python block), run exactly as written
   (``bash -euo pipefail``, fresh venvs) in a clean copy of the checkout's tracked files; a failing block is shown
   with its page and line. The blocks are read by tests/support/shell_blocks.py, as tests/docs/test_install_docs.py
   reads them.
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import nox
@@ -35,20 +38,47 @@ nox.options.sessions = ["tests", "lint", "docs"]
 # reruns in seconds instead of rebuilding five venvs. `nox -R` also skips the install step entirely. CI starts
 # from a clean clone and passes --no-reuse-existing-virtualenvs, so every install set is installed fresh there.
 nox.options.reuse_existing_virtualenvs = True
+# uv makes the venvs when it is installed (`pip install "nox[uv]"`, as the README and .ci/run do), pip otherwise.
+# The first run builds five venvs that each hold torch: pip unpacked the 700 MB of torch's files five times (18.5
+# minutes on 2 cores for `nox -s tests lint docs`), uv unpacks them once into its cache and links them into each
+# venv. Seeded with pip: tests/zoo builds a wheel with `python -m pip wheel`.
+nox.options.default_venv_backend = "uv|virtualenv"
+os.environ.setdefault("UV_VENV_SEED", "1")
+
+
+def _point_uv_where_pip_looks() -> None:
+    """uv reads no pip configuration: give it pip's (a machine whose torch wheel is found through pip's
+    ``find-links``, as the local CPU build is here, would otherwise resolve torch from PyPI). A variable already
+    set wins. See tests/support/pip_to_uv.py."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "tests" / "support"))
+    from pip_to_uv import uv_environment
+
+    try:
+        listed = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):  # no pip beside nox: nothing to carry over
+        return
+    for variable, value in uv_environment(listed).items():
+        os.environ.setdefault(variable, value)
+
+
+_point_uv_where_pip_looks()
 
 CORE = "packages/hndl-core"
 FUNC = "packages/hndl-func"
 DOCS = "packages/hndl-docs"
 # jsonschema: tests/core/test_spec_schema.py holds the published schema to the loader; torchinfo:
-# tests/core/test_summary_torchinfo.py holds hndl.summary's totals to torchinfo's. Without them those tests skip.
+# tests/core/test_summary_torchinfo.py holds hndl.summary's totals to torchinfo's; markdown-it-py:
+# tests/docs/test_op_page_formulas.py renders the op pages as CommonMark. Without them those tests skip.
 # pytest-xdist: the sessions spread tests over the cores (``-n auto``); plain ``pytest`` works without it.
 TEST_DEPS = [
     "pytest>=8",
     "pytest-xdist>=3.5",
     "hypothesis>=6.100",
     "jsonschema>=4.18",
-    "graphviz>=0.20",
     "torchinfo>=1.8",
+    "markdown-it-py>=3",
 ]
 PYTEST = ["pytest", "-q", "-p", "no:cacheprovider", "-n", "auto"]
 # Every session installs torch through this constraints file: hndl-core accepts a torch range, and without the
@@ -91,7 +121,8 @@ def _install_once(session: nox.Session, *args: str) -> None:
         session.log("dependencies and sources unchanged: reusing the installed packages")
         return
     if previous[:1] == [deps_key] and regular:
-        session.install("--no-deps", "--force-reinstall", *TORCH_213, *regular)
+        reinstall = "--reinstall" if getattr(session, "venv_backend", "") == "uv" else "--force-reinstall"
+        session.install("--no-deps", reinstall, *TORCH_213, *regular)
     else:
         session.install(*args)
     if stamp is not None:
@@ -149,7 +180,7 @@ def install_docs(session: nox.Session) -> None:
     import time
 
     sys.path.insert(0, str(Path("tests", "support").resolve()))
-    from shell_blocks import BlockFailed, clean_copy, run_blocks, shown_output, walkthroughs
+    from shell_blocks import IN_PAGE_ORDER, BlockFailed, clean_copy, run_blocks, shown_output, walkthroughs
 
     checkout = Path.cwd()
     for page, blocks in walkthroughs(checkout).items():
@@ -157,7 +188,13 @@ def install_docs(session: nox.Session) -> None:
         session.log(f"{page}: {len(blocks)} blocks, in a clean copy at {copy}")
         started = time.monotonic()
         try:
-            run_blocks(blocks, clean_copy(checkout, copy), shown=shown_output(page, checkout), log=session.log)
+            run_blocks(
+                blocks,
+                clean_copy(checkout, copy),
+                shown=shown_output(page, checkout),
+                log=session.log,
+                in_order=page in IN_PAGE_ORDER,
+            )
         except BlockFailed as exc:
             session.error(f"{exc}\n(the copy is kept at {copy})")
         shutil.rmtree(copy)

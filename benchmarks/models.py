@@ -298,3 +298,83 @@ def make_resnet18(size: int = 224, seed: int = 0) -> tuple[nn.Module, nn.Module,
     model.eval()
     twin.eval()
     return model, twin, lambda batch: torch.randn(batch, 3, size, size)
+
+
+# --- MBConv stack: element-wise heavy (EfficientNet-style blocks) ---------------------------------------------
+
+MB_CHANNELS, MB_EXPAND, MB_BLOCKS, MB_SIZE = 32, 4, 4, 28
+
+
+def mbconv_graph() -> hndl.Graph:
+    """A stem and MB_BLOCKS of EfficientNet's MBConv: expand (1x1, BN, SiLU), depthwise (3x3, BN, SiLU),
+    squeeze-and-excitation (pool, 1x1, SiLU, 1x1, sigmoid, mul), project (1x1, BN), drop_path, residual add:
+    nine of its fifteen nodes are element-wise, the kind of op the vision zoo runs most often."""
+    c, h = MB_CHANNELS, MB_CHANNELS * MB_EXPAND
+    g = hndl.Graph("mbconv_stack")
+    x = g.add("conv2d", g.input("x", ("B", 3, MB_SIZE, MB_SIZE)), name="stem", out_channels=c, kernel_size=3, padding=1)
+    for i in range(MB_BLOCKS):
+        n = f"b{i}_"
+        e = g.add("conv2d", x, name=n + "expand", out_channels=h, kernel_size=1, bias=False)
+        e = g.add("silu", g.add("batchnorm2d", e, name=n + "expand_bn"), name=n + "expand_act")
+        d = g.add("conv2d", e, name=n + "dw", out_channels=h, kernel_size=3, padding=1, groups=h, bias=False)
+        d = g.add("silu", g.add("batchnorm2d", d, name=n + "dw_bn"), name=n + "dw_act")
+        s = g.add("adaptive_avgpool2d", d, name=n + "pool", output_size=1)
+        s = g.add("silu", g.add("conv2d", s, name=n + "fc1", out_channels=c // 4, kernel_size=1), name=n + "fc1_act")
+        s = g.add("sigmoid", g.add("conv2d", s, name=n + "fc2", out_channels=h, kernel_size=1), name=n + "gate")
+        d = g.add("mul", s, d, name=n + "excite")
+        p = g.add("conv2d", d, name=n + "project", out_channels=c, kernel_size=1, bias=False)
+        p = g.add("drop_path", g.add("batchnorm2d", p, name=n + "project_bn"), name=n + "drop", p=0.1)
+        x = g.add("add", p, x, name=n + "residual")
+    g.output(x)
+    return g
+
+
+class MBConvTwin(nn.Module):
+    """One MBConv block as torchvision writes it (layers called through ``__call__``, ``scale * input``)."""
+
+    def __init__(self, c: int, h: int) -> None:
+        super().__init__()
+        self.expand, self.expand_bn, self.expand_act = nn.Conv2d(c, h, 1, bias=False), nn.BatchNorm2d(h), nn.SiLU()
+        self.dw = nn.Conv2d(h, h, 3, padding=1, groups=h, bias=False)
+        self.dw_bn, self.dw_act = nn.BatchNorm2d(h), nn.SiLU()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc1, self.fc1_act = nn.Conv2d(h, c // 4, 1), nn.SiLU()
+        self.fc2, self.gate = nn.Conv2d(c // 4, h, 1), nn.Sigmoid()
+        self.project, self.project_bn = nn.Conv2d(h, c, 1, bias=False), nn.BatchNorm2d(c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        d = self.dw_act(self.dw_bn(self.dw(self.expand_act(self.expand_bn(self.expand(x))))))
+        d = self.gate(self.fc2(self.fc1_act(self.fc1(self.pool(d))))) * d
+        return self.project_bn(self.project(d)) + x  # stochastic depth is the identity in eval mode
+
+
+class MBConvStackTwin(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, MB_CHANNELS, 3, padding=1)
+        self.blocks = nn.ModuleList(MBConvTwin(MB_CHANNELS, MB_CHANNELS * MB_EXPAND) for _ in range(MB_BLOCKS))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def _mbconv_key(key: str) -> str:
+    # nodes.n_b2_dw_bn.weight -> blocks.2.dw_bn.weight
+    key = key.removeprefix("nodes.n_")
+    if not key.startswith("b"):
+        return key
+    block, rest = key[1:].split("_", 1)
+    return f"blocks.{block}.{rest}"
+
+
+def make_mbconv(seed: int = 0) -> tuple[nn.Module, nn.Module, Example]:
+    torch.manual_seed(seed)
+    model = hndl.build(mbconv_graph())
+    twin = MBConvStackTwin()
+    _load(twin, model, _mbconv_key)
+    model.eval()
+    twin.eval()
+    return model, twin, lambda batch: torch.randn(batch, 3, MB_SIZE, MB_SIZE)

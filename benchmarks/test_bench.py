@@ -30,7 +30,7 @@ import hndl
 from harness import CLOCK, _compare, fmt_us
 from hndl.torch._guards import bump
 from memory import peak_live_bytes
-from models import make_conv_stack, make_mlp, make_resnet18, make_transformer
+from models import make_conv_stack, make_mbconv, make_mlp, make_resnet18, make_transformer
 
 pytestmark = pytest.mark.benchmark
 
@@ -55,6 +55,13 @@ def test_parity_transformer_block_batch_8():
     assert ratio < 1.5
 
 
+def test_parity_mbconv_stack_batch_8():
+    """Element-wise heavy: SiLU, sigmoid gates, a gating mul, drop_path and a residual add in every block."""
+    ratio = _ratio(make_mbconv, 8)
+    print(f"\nmbconv_stack batch 8: {ratio:.2f}x")
+    assert ratio < 1.5
+
+
 def test_parity_conv_stack_batch_16():
     ratio = _ratio(make_conv_stack, 16)
     print(f"\nconv_stack batch 16: {ratio:.2f}x")
@@ -68,6 +75,7 @@ def test_parity_conv_stack_batch_16():
         ("conv_stack", make_conv_stack, 16),
         ("transformer_block(2)", lambda: make_transformer(2), 8),
         ("ResNet-18-sized, 224x224", make_resnet18, 16),
+        ("mbconv_stack", make_mbconv, 8),
     ],
 )
 def test_peak_live_activation_memory(label, make, batch):

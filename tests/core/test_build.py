@@ -62,7 +62,7 @@ def test_several_outputs_come_back_as_a_tuple_in_declared_order():
     x = g.input("x", ("B", 4))
     r = g.add("relu", x, name="r")
     t = g.add("tanh", x, name="t")
-    g.output(t, r)
+    g.output([t, r])
     model = hndl.build(g)
     inp = torch.randn(2, 4)
     out = model(inp)
@@ -113,7 +113,7 @@ def residual() -> hndl.Graph:
     g = hndl.Graph("outer")
     x = g.input("x", ("B", 8))
     y = g.add("graph", x, name="blocks", graph=block, repeat=2)
-    g.output(g.add("relu", y, name="act"), x)
+    g.output([g.add("relu", y, name="act"), x])
     return g
 
 

@@ -216,7 +216,7 @@ def test_subgraph_input_contracts_are_checked():
 def test_repeat_needs_matching_inputs_and_outputs():
     b = hndl.Graph("block")
     h = b.input("h", ("B", 4))
-    b.output(b.add("relu", h), b.add("tanh", h))
+    b.output([b.add("relu", h), b.add("tanh", h)])
     g = hndl.Graph("outer")
     blk = g.add("graph", g.input("x", ("B", 4)), name="blk", graph=b, repeat=2)
     g.output(blk[0])
@@ -307,8 +307,8 @@ def test_a_trusted_python_subgraph_may_import_inside_a_spec_loaded_without_allow
 def test_a_two_output_subgraph_node_unpacks_into_two_handles():
     b = hndl.Graph("pair")
     h = b.input("h", ("B", 4))
-    b.output(b.add("relu", h), b.add("tanh", h))
+    b.output([b.add("relu", h), b.add("tanh", h)])
     g = hndl.Graph("outer")
     first, second = g.add("graph", g.input("x", ("B", 4)), name="blk", graph=b)
-    g.output(first, second)
+    g.output([first, second])
     assert [str(t) for t in hndl.check(g).output_types] == ["[B, 4] float", "[B, 4] float"]

@@ -93,9 +93,13 @@ def test_dtype_clash_between_inputs_names_the_nodes_wired_in() -> None:
 @pytest.mark.parametrize(
     ("shape", "in_features", "hint"),
     [
-        ("[B, 28, 28]", 784, "flatten it first: a node {op: flatten, start_dim: 1} makes it [B, 784]"),
-        ("[64, 28, 28]", 784, "flatten it first: a node {op: flatten, start_dim: 1} makes it [64, 784]"),
-        ("[B, 64, 7, 7]", 3136, "flatten it first: a node {op: flatten, start_dim: 1} makes it [B, 3136]"),
+        ("[B, 28, 28]", 784, "add a node {op: flatten, start_dim: 1} before it: it makes [B, 28, 28] into [B, 784]"),
+        ("[64, 28, 28]", 784, "add a node {op: flatten, start_dim: 1} before it: it makes [64, 28, 28] into [64, 784]"),
+        (
+            "[B, 64, 7, 7]",
+            3136,
+            "add a node {op: flatten, start_dim: 1} before it: it makes [B, 64, 7, 7] into [B, 3136]",
+        ),
     ],
 )
 def test_rank_mismatch_that_a_flatten_resolves_hints_flatten(shape: str, in_features: int, hint: str) -> None:
@@ -114,7 +118,7 @@ def test_conv_output_into_a_linear_hints_flatten() -> None:
         "  conv: {op: conv2d, in: x, out_channels: 4, kernel_size: 3, padding: 1}\n"
         "  fc: {op: linear, in: conv, in_features: 3136, out_features: 10}\noutputs: [fc]\n"
     )
-    assert p.hint == "flatten it first: a node {op: flatten, start_dim: 1} makes it [B, 3136]"
+    assert p.hint == "add a node {op: flatten, start_dim: 1} before it: it makes [B, 4, 28, 28] into [B, 3136]"
 
 
 def test_features_that_no_flatten_gives_keep_the_drop_hint() -> None:

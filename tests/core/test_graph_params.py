@@ -196,11 +196,17 @@ def test_a_reference_outside_a_parametrised_graph_is_e_param() -> None:
     assert "not a parameter of this graph" in p.message
 
 
-def test_arithmetic_on_a_non_integer_parameter_is_e_param() -> None:
+def test_arithmetic_on_a_float_parameter_computes_a_float_which_an_integer_parameter_refuses() -> None:
     up, proj = problems(spec("a: {op: graph, graph: block, in: x, params: {width: 1.5, down: true}}", "a"))
     assert (up.node, up.message) == ("a.up", "parameter 'out_features' must be integer, got number 1.5")
     assert (proj.code, proj.node) == ("E_PARAM", "a.proj")
-    assert proj.message == "'$width*2' computes with 'width', which is 1.5, not an integer"
+    assert proj.message == "parameter 'out_features' must be integer, got number 3.0"
+
+
+def test_arithmetic_on_a_parameter_that_is_not_a_number_is_e_param() -> None:
+    _, proj = problems(spec("a: {op: graph, graph: block, in: x, params: {width: wide, down: true}}", "a"))
+    assert (proj.code, proj.node) == ("E_PARAM", "a.proj")
+    assert proj.message == "'$width*2' computes with 'width', which is 'wide', not a number"
 
 
 def test_a_list_of_more_than_repeat_plus_one_mappings_is_e_param() -> None:
@@ -323,7 +329,7 @@ def test_arithmetic_on_a_non_integer_parameter_inside_a_list_is_e_param() -> Non
     text = LISTS.replace("params: {k: 3, dim: 6, size: 8}", "params: {k: 3, dim: 6, size: 8, half: 0.5}")
     (p,) = problems(text.replace("shape: [1, 1, $dim]", 'shape: [1, 1, "$half*2"]'))
     assert (p.code, p.node) == ("E_PARAM", "token")
-    assert p.message == "shape[2]: '$half*2' computes with 'half', which is 0.5, not an integer"
+    assert p.message == "parameter 'shape' must be a list of integers, got [1, 1, 1.0]"
 
 
 def test_a_bad_reference_deep_in_a_mapping_names_its_place() -> None:

@@ -124,9 +124,9 @@ def test_check_reports_a_meta_build_failure_that_is_not_an_hndl_error(
     def broken_build(graph: hndl.Graph, checked: object = None) -> None:
         raise RuntimeError("no meta kernel\nother.yaml: OK")
 
-    import hndl.torch
+    import hndl.torch._meta
 
-    monkeypatch.setattr(hndl.torch, "build_module", broken_build)
+    monkeypatch.setattr(hndl.torch._meta, "build_module", broken_build)
     spec = tmp_path / "m.yaml"
     spec.write_text(GOOD)
     code, out = run(capsys, "check", "--build", spec)

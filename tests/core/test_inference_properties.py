@@ -93,7 +93,8 @@ def agree(
     got = model(*tensors)
     got = got if isinstance(got, tuple) else (got,)
     for a, b in zip(got, outs):
-        assert torch.equal(a, b)
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)  # bit for bit; NaN where torch has NaN
 
 
 dims = st.integers(1, 6)
@@ -510,3 +511,118 @@ def test_lstm_and_gru(data):
 
     static, env = _symbolize(data.draw, shape, [0, 1])
     agree(kind, [shape], p | {"output": output}, Oracle(), static=[static], env=env)
+
+
+# --- element-wise families, activations and the vision ops ------------------------------------------------
+
+import operator  # noqa: E402
+
+from hndl.ops._activation import ACTIVATIONS  # noqa: E402
+from hndl.ops._elementwise import BINARY, UNARY  # noqa: E402
+
+
+@PROPERTY
+@given(st.data())
+def test_element_wise_rows_broadcast_and_compute_as_torch(data):
+    row = data.draw(st.sampled_from([*UNARY, *BINARY]))
+    a = data.draw(st.lists(small, min_size=0, max_size=4))
+    sa, env = _symbolize(data.draw, a, range(len(a)))
+    if row in UNARY:
+        agree(row.name, [a], {}, getattr(torch, row.torch), static=[sa], env=env)
+        return
+    if row.operator is not None and data.draw(st.booleans()):
+        number = data.draw(st.sampled_from([2, -1, 0.5, 3.0]))
+        side = data.draw(st.sampled_from(["a", "b"]))
+        fn = getattr(operator, row.operator)
+        oracle = (lambda x: fn(number, x)) if side == "a" else (lambda x: fn(x, number))
+        agree(row.name, [a], {side: number}, oracle, static=[sa], env=env)
+        return
+    b = data.draw(st.lists(small, min_size=0, max_size=4))
+    sb, env_b = _symbolize(data.draw, b, range(len(b)))
+    sb = tuple(f"T{d[1:]}" if isinstance(d, str) else d for d in sb)
+    env = env | {f"T{k[1:]}": v for k, v in env_b.items()}
+    agree(row.name, [a, b], {}, getattr(torch, row.torch), static=[sa, sb], env=env)
+
+
+@PROPERTY
+@given(st.data())
+def test_activations_keep_the_shape_and_compute_as_torch(data):
+    row = data.draw(st.sampled_from([r for r in ACTIVATIONS if r.name not in ("prelu", "glu")]))
+    shape = data.draw(st.lists(small, min_size=1, max_size=4))
+    static, env = _symbolize(data.draw, shape, range(len(shape)))
+    params = dict(row.example)
+    if "dim" in params or row.name in ("softmax", "log_softmax"):
+        params["dim"] = data.draw(st.integers(-5, 4))
+    agree(row.name, [shape], params, _module(lambda: getattr(torch.nn, row.cls)(**params)), static=[static], env=env)
+
+
+@PROPERTY
+@given(st.data())
+def test_glu_and_prelu(data):
+    shape = data.draw(st.lists(st.integers(1, 6), min_size=0, max_size=4))
+    static, env = _symbolize(data.draw, shape, range(len(shape)))
+    if data.draw(st.booleans()):
+        dim = data.draw(st.integers(-5, 4))
+        agree("glu", [shape], {"dim": dim}, _module(lambda: torch.nn.GLU(dim)), static=[static], env=env)
+    else:
+        n = data.draw(st.sampled_from([1, 1, 2, 3, 4]))
+        agree("prelu", [shape], {"num_parameters": n}, _module(lambda: torch.nn.PReLU(n)), static=[static], env=env)
+
+
+@PROPERTY
+@given(st.data())
+def test_roll(data):
+    shape = data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=4))
+    count = data.draw(st.integers(1, 3))
+    shifts = data.draw(st.lists(st.integers(-7, 7), min_size=count, max_size=count))
+    dims = (
+        None if data.draw(st.integers(0, 3)) == 0 else data.draw(st.lists(st.integers(-5, 4), min_size=1, max_size=3))
+    )
+    static, env = _symbolize(data.draw, shape, range(len(shape)))
+    agree(
+        "roll",
+        [shape],
+        {"shifts": shifts, "dims": dims},
+        lambda x: torch.roll(x, shifts, dims),
+        static=[static],
+        env=env,
+    )
+
+
+@PROPERTY
+@given(st.data())
+def test_tril_triu_clamp(data):
+    shape = data.draw(st.lists(small, min_size=0, max_size=4))
+    static, env = _symbolize(data.draw, shape, range(len(shape)))
+    op = data.draw(st.sampled_from(["tril", "triu", "clamp"]))
+    if op == "clamp":
+        lo = data.draw(st.sampled_from([None, -0.5, 0]))
+        hi = data.draw(st.sampled_from([None, 0.5, 1]))
+        oracle = lambda x: torch.clamp(x, lo, hi)  # noqa: E731
+        agree(op, [shape], {"min": lo, "max": hi}, oracle, static=[static], env=env)
+        return
+    diagonal = data.draw(st.integers(-3, 3))
+    agree(op, [shape], {"diagonal": diagonal}, lambda x: getattr(torch, op)(x, diagonal), static=[static], env=env)
+
+
+class _TorchvisionLayerNorm2d(torch.nn.LayerNorm):
+    """torchvision.models.convnext.LayerNorm2d, as published."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.permute(0, 2, 3, 1)
+        x = torch.nn.functional.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
+
+
+@PROPERTY
+@given(st.data())
+def test_layernorm2d_and_drop_path(data):
+    shape = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=5))
+    static, env = _symbolize(data.draw, shape, [0, *range(2, len(shape))])  # the channels stay an int
+    if data.draw(st.booleans()):
+        channels = shape[1] if len(shape) > 1 else 1
+        agree(
+            "layernorm2d", [shape], {"eps": 1e-6}, _TorchvisionLayerNorm2d(channels, eps=1e-6), static=[static], env=env
+        )
+    else:
+        agree("drop_path", [shape], {"p": 0.5}, lambda x: x, static=[static], env=env)  # eval: the input

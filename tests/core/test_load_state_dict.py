@@ -32,7 +32,7 @@ def qkv_model(fused: bool) -> hndl.GraphModule:
     if fused:
         g.output(g.add("linear", x, name="qkv", out_features=12))
     else:
-        g.output(*(g.add("linear", x, name=n, out_features=w) for n, w in (("q", 4), ("k", 2), ("v", 2))))
+        g.output([g.add("linear", x, name=n, out_features=w) for n, w in (("q", 4), ("k", 2), ("v", 2))])
     torch.manual_seed(0)
     return hndl.build(g)
 

@@ -126,3 +126,68 @@ def test_attention_shape_errors():
     )
     p = problem("attention", ("B", "T", "D"), num_heads=8)
     assert (p.code, p.actual) == ("E_SHAPE", "D")
+
+
+# --- the activation rows (hndl/ops/_activation.py) -------------------------------------------------------
+
+from hndl.ops._activation import ACTIVATIONS  # noqa: E402
+
+ROW_PARAMS = {row.name: dict(row.example) for row in ACTIVATIONS}
+
+
+@pytest.mark.parametrize("row", ACTIVATIONS, ids=[r.name for r in ACTIVATIONS])
+def test_each_activation_builds_torchs_class_and_computes_what_it_computes(row):
+    params = ROW_PARAMS[row.name]
+    model = hndl.build(one_node_graph(row.name, (("B", 4, 6),), None, params))
+    layer = model.nodes["n_n"]
+    cls = getattr(torch.nn, row.cls)
+    assert type(layer) is cls
+    reference = cls(**params)
+    reference.load_state_dict(layer.state_dict())  # prelu's weight; nothing for the others
+    x = torch.randn(3, 4, 6) * 4
+    assert torch.equal(model(x), reference(x))
+    assert [k for k in layer.state_dict()] == [k for k in reference.state_dict()]
+
+
+@pytest.mark.parametrize("row", ACTIVATIONS, ids=[r.name for r in ACTIVATIONS])
+def test_each_activation_needs_a_float_input_and_keeps_its_dtype(row):
+    p = problem(row.name, ("B", 4), dtypes=["int64"])
+    assert (p.code, p.message) == ("E_DTYPE", "needs dtype float, got int64")
+    g = one_node_graph(row.name, (("B", 4),), ["float64"], ROW_PARAMS[row.name])
+    assert hndl.check(g).nodes[0].out_types[0].dtype == "float64"
+
+
+@pytest.mark.parametrize(
+    ("op", "params", "message"),
+    [
+        ("hardtanh", {"min_val": 1.0, "max_val": 1.0}, "max_val (1.0) must be greater than min_val (1.0)"),
+        ("celu", {"alpha": 0.0}, "alpha cannot be 0 for celu (it divides by alpha)"),
+    ],
+)
+def test_parameters_torch_refuses_are_e_param(op, params, message):
+    p = problem(op, ("B", 4), **params)
+    assert (p.code, p.node, p.message) == ("E_PARAM", "n", message)
+
+
+def test_glu_halves_its_dim_and_refuses_an_odd_one():
+    assert infer("glu", ("B", 8)) == ["[B, 4]"]
+    assert infer("glu", ("B", 8, 3), dim=1) == ["[B, 4, 3]"]
+    assert infer("glu", ("B", "D")) == ["[B, D//2]"]
+    runs_as_inferred("glu", ("B", 6, 4), env={"B": 2}, dim=-2)
+    p = problem("glu", ("B", 7))
+    assert (p.code, p.port, p.message) == ("E_SHAPE", "x", "glu halves dim -1, which has the odd size 7")
+
+
+def test_prelu_learns_one_slope_or_one_per_channel():
+    assert infer("prelu", ("B", 4, 8, 8), num_parameters=4) == ["[B, 4, 8, 8]"]
+    layer = hndl.build(one_node_graph("prelu", (("B", 4, 8),), None, {"num_parameters": 4})).nodes["n_n"]
+    assert tuple(layer.weight.shape) == (4,)
+    assert torch.equal(layer.weight, torch.full((4,), 0.25))
+    p = problem("prelu", ("B", 3, 8), num_parameters=4)
+    assert (p.code, p.message) == (
+        "E_SHAPE",
+        "prelu learns 4 slopes, one per channel, but the input has 3 channels (dim 1)",
+    )
+    assert p.hint == "set num_parameters to the channel count (3), or 1"
+    p = problem("prelu", ("B",), num_parameters=4)
+    assert p.message == "prelu with num_parameters=4 learns one slope per channel (dim 1), but the input has rank 1"

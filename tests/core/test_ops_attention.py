@@ -300,7 +300,10 @@ def test_attention_mask_errors():
     p = problem("attention_mask", ("B", "S"), dtypes=["int64"])
     assert (p.code, p.port) == ("E_DTYPE", "padding")
     assert p.message == "needs dtype bool, got int64"
-    assert p.hint == "declare the input's dtype: bool, and pass a bool tensor (mask.bool() for a 1/0 mask in torch)"
+    assert p.hint == (
+        "declare the input's dtype: bool and pass a bool tensor (mask.bool() in torch), or make it bool in the graph: "
+        "{op: ne, in: x, b: 0} or {op: cast, dtype: bool}"
+    )
     p = problem("attention_mask", ("B", "S"), dtypes=["bool"], window=3)
     assert p.code == "E_PARAM"
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import hndl
-from hndl._contracts import TensorType, is_unknown
+from hndl._contracts import TensorType, dtype_satisfies, is_unknown
 from hndl._dims import evaluate, free_symbols
 from hndl._infer import declared_output_types
 
@@ -53,10 +53,22 @@ def _param_value(p: hndl.Param, example: dict[str, Any], rng: random.Random) -> 
 
 
 def sample_params(opdef: hndl.OpDef, rng: random.Random) -> dict[str, Any]:
+    """Random parameters: half the time each drawn at random (or left to the example), half the time the example
+    with one parameter drawn at random, so ops whose parameters depend on each other (a buffer's formula and
+    the numbers it reads) are checked around a valid configuration too."""
     example = {k: v for k, v in opdef.example.items() if k not in ("op", "in")}
     params: dict[str, Any] = {}
-    for p in opdef.params:
-        if p.inferred or p.type.name == "graph":
+    numbers_for = {port.name for port in opdef.inputs if port.scalar}
+    drawn = [p for p in opdef.params if not p.inferred and p.type.name != "graph"]
+    if drawn and rng.random() < 0.5:
+        varied = rng.choice(drawn)
+        params = {k: v for k, v in example.items() if k != varied.name}
+        params[varied.name] = _param_value(varied, example, rng)
+        return params
+    for p in drawn:
+        if p.name in numbers_for:  # a number in place of an input, half the time (an int or a float)
+            if rng.random() < 0.5:
+                params[p.name] = rng.choice([rng.randint(-3, 3), rng.uniform(-3.0, 3.0)])
             continue
         if rng.random() < 0.3:
             if p.name in example:
@@ -90,15 +102,20 @@ def sample_inputs(opdef: hndl.OpDef, params: dict[str, Any], rng: random.Random)
     shared = _concrete(example, symbols, params, rng)  # ports without a pattern share one shape (add, concat)
     out: list[tuple[list, str]] = []
     dtypes: dict[str, str] = {}
+    active = opdef.active_inputs(params)
     for port in opdef.inputs:
-        if (port.when is not None and params.get(port.when) is not True) or (port.optional and rng.random() < 0.5):
-            continue  # a port its flag leaves out, or an optional one left out
+        if port not in active or (port.optional and rng.random() < 0.5):
+            continue  # a port its flag leaves out (or a number stands for), or an optional one left out
         rule = port.dtype
         dtype = {"float": "float32", "any": "float32", "int": "int64"}.get(rule, rule)
         if rule.startswith("same:"):
             dtype = dtypes[rule[5:]]
         dtypes[port.name] = dtype
-        shape = shared if port.shape is None else _concrete(list(port.pattern.entries), symbols, params, rng)
+        # A port with no pattern, or one that is a single open run (*shape), takes the example's shape (roll's dims
+        # need its rank); one with a pattern gets dims drawn for it.
+        entries = list(port.pattern.entries) if port.pattern is not None else []
+        whole_run = len(entries) == 1 and str(entries[0]).startswith("*")
+        shape = shared if port.shape is None or whole_run else _concrete(entries, symbols, params, rng)
         out += [(list(shape), dtype)] * (2 if port.variadic else 1)
     return out
 
@@ -158,12 +175,13 @@ def unexplained_names(opdef: hndl.OpDef, params: hndl.Params) -> list[str]:
 
 def disagreements(declared: list[TensorType], inferred: list[TensorType]) -> list[str]:
     """How the declared types differ from the inferred ones; a dim or dtype the declaration leaves open
-    (no pattern, a name nothing binds, dtype ``any``) agrees with anything."""
+    (no pattern, a name nothing binds, dtype ``any``) agrees with anything, and a declared category (``float``)
+    with each of its members."""
     if len(declared) != len(inferred):
         return [f"{len(declared)} outputs declared, {len(inferred)} inferred"]
     found = []
     for i, (d, t) in enumerate(zip(declared, inferred)):
-        if d.dtype != "any" and d.dtype != t.dtype:
+        if dtype_satisfies(t.dtype, d.dtype) is not True:
             found.append(f"output {i}: dtype {d.dtype} declared, {t.dtype} inferred")
         if d.shape is None:
             continue

@@ -145,7 +145,7 @@ def test_chunk_gives_equal_parts_or_refuses():
     assert p.message == "2 sections do not divide dim 1 of the input (5)"
     g = hndl.Graph("t")
     parts = g.add("chunk", g.input("x", ("B", "D")), chunks=2)
-    g.output(parts[0], parts[1])
+    g.output([parts[0], parts[1]])
     model = hndl.build(g)
     with pytest.raises(hndl.HndlError):
         model(torch.randn(2, 5))  # torch.chunk would quietly give parts of 3 and 2

@@ -101,3 +101,59 @@ def test_a_weight_moved_to_the_buffers_is_read_where_forward_reads_it():
     layer.register_buffer("weight", weight)
     assert inline_for(layer) is None
     assert torch.allclose(model(x), x @ weight.T + layer.bias)
+
+
+# --- the element-wise families and the vision activations (ops/_elementwise.py, ops/_activation.py) ----------
+
+ONE_INPUT = [
+    ("sigmoid", {}),
+    ("tanh", {}),
+    ("silu", {}),
+    ("hardswish", {}),
+    ("hardsigmoid", {}),
+    ("relu6", {}),
+    ("hardtanh", {"min_val": -0.5, "max_val": 0.5}),
+    ("leaky_relu", {"negative_slope": 0.2}),
+    ("elu", {"alpha": 0.5}),
+    ("mish", {}),
+    ("exp", {}),
+    ("clamp", {"min": 0.0}),
+    ("roll", {"shifts": 2, "dims": 1}),
+    ("sub", {"b": 1.0}),
+    ("sub", {"a": 1}),
+    ("pow", {"b": 2}),
+    ("lt", {"b": 0.5}),
+]
+
+
+@pytest.mark.parametrize(("op", "params"), ONE_INPUT, ids=[f"{op}-{i}" for i, (op, _) in enumerate(ONE_INPUT)])
+def test_a_written_out_element_wise_layer_equals_its_own_forward(op, params):
+    model = layer_model(op, **params)
+    layer = model.nodes.n_layer
+    assert inline_for(layer) is not None
+    assert "if k0.forward is f0 else m0.forward(a0)" in model.code
+    for batch in (2, 3):
+        x = torch.randn(batch, 6) * 4
+        assert torch.equal(model(x), layer.forward(x))
+
+
+@pytest.mark.parametrize("op", ["sub", "mul", "maximum", "eq"])
+def test_a_written_out_binary_layer_equals_its_own_forward(op):
+    g = hndl.Graph(op)
+    g.output(g.add(op, g.input("a", ("B", 6)), g.input("b", (6,)), name="layer"))
+    model = hndl.build(g)
+    assert "if k0.forward is f0 else m0.forward(a0, a1)" in model.code
+    a, b = torch.randn(3, 6), torch.randn(6)
+    assert torch.equal(model(a, b), model.nodes.n_layer.forward(a, b))
+
+
+def test_a_written_out_layernorm2d_equals_its_own_forward():
+    g = hndl.Graph("ln")
+    g.output(g.add("layernorm2d", g.input("x", ("B", 6, 4, 4)), name="layer", eps=1e-6))
+    model = hndl.build(g)
+    layer = model.nodes.n_layer
+    nn.init.normal_(layer.weight)
+    nn.init.normal_(layer.bias)
+    assert inline_for(layer) is not None
+    x = torch.randn(2, 6, 4, 4)
+    assert torch.equal(model(x), layer.forward(x))

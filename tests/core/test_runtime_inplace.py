@@ -295,3 +295,22 @@ def test_the_sole_owner_check_answers_for_locals_views_and_held_tensors():
     assert fresh()
     assert not held(torch.randn(3))  # the caller's expression still holds it
     assert not viewed()  # the view's base is another tensor on the same memory
+
+
+@pytest.mark.parametrize("layer", ["dropout", "drop_path", "hardswish"])
+def test_a_layer_returning_a_new_tensor_or_its_input_passes_privacy_on(layer):
+    # EfficientNet's and ConvNeXt's residual: conv -> bn -> drop_path (identity in eval) -> add, written in place
+    # as torchvision's `result += input` is. The same for an inplace-capable activation.
+    params = {"dropout": "p: 0.2", "drop_path": "p: 0.2", "hardswish": ""}[layer]
+    model = built(
+        "hndl: 1\ninputs: {x: {shape: [B, 4]}, y: {shape: [B, 4]}}\nnodes: {h: {op: linear, in: x, out_features: 4},"
+        f" d: {{op: {layer}, in: h{', ' + params if params else ''}}}, o: {{op: add, in: [d, y]}}}}\noutputs: [o]"
+    )
+    assert written_into(model) == {"o": 0}
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    expected = model._runtime.unchecked(model, x, y)
+    with torch.no_grad():
+        model(x, y)
+        with _CountInPlaceAdds() as adds:
+            assert torch.equal(model(x, y), expected)
+    assert adds.count == 1

@@ -105,7 +105,7 @@ def test_inputs_by_name_and_by_position_share_the_fast_path():
 def test_several_outputs_come_back_as_a_tuple():
     g = hndl.Graph("pair")
     x = g.input("x", ("B", 4))
-    g.output(g.add("relu", x, name="r"), g.add("sigmoid", x, name="s"))
+    g.output([g.add("relu", x, name="r"), g.add("sigmoid", x, name="s")])
     model = hndl.build(g)
     t = torch.randn(2, 4)
     for _ in range(2):

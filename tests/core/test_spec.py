@@ -419,8 +419,21 @@ def test_nodes_must_be_a_mapping() -> None:
 
 
 def test_outputs_must_be_references() -> None:
-    error = spec_error("hndl: 1\ninputs: {x: {shape: [B]}}\nnodes: {}\noutputs: {x: 1}\n")
-    assert error.problems[0].message == "'outputs' of the spec must be a list of references, got a mapping"
+    error = spec_error("hndl: 1\ninputs: {x: {shape: [B]}}\nnodes: {}\noutputs: 3\n")
+    assert error.problems[0].message == (
+        "'outputs' of the spec must be a list of references, or a mapping of output name to a reference or "
+        "{from: ..., shape: [...]}, got integer 3"
+    )
+
+
+def test_a_named_output_must_be_a_reference_or_a_contract() -> None:
+    error = spec_error("hndl: 1\ninputs: {x: {shape: [B]}}\nnodes: {}\noutputs: {y: 1}\n")
+    (problem,) = error.problems
+    assert (problem.code, problem.node, problem.op, where(problem)) == ("E_SPEC", "y", "output", "4:14")
+    assert (
+        problem.message
+        == "an output must be a reference or a mapping such as {from: out, shape: [B, 10]}, got integer 1"
+    )
 
 
 def test_duplicate_keys_are_caught() -> None:
@@ -781,12 +794,12 @@ def _python_graphs() -> list[hndl.Graph]:
     b = block.input("b", ("B", "D"))
     h = block.add("linear", a, name="mix", out_features=24)
     left, right = block.add("split", h, name="halves", sections=2)
-    block.output(block.add("add", left, b, name="l"), block.add("mul", right, a, name="r"))
+    block.output([block.add("add", left, b, name="l"), block.add("mul", right, a, name="r")])
     top = hndl.Graph("pair")
     u = top.input("u", ("B", 12))
     v = top.input("v", ("B", 12))
     pair = top.add("graph", u, v, name="stack", graph=block, repeat=3)
-    top.output(top.add("linear", pair[0], name="head", out_features=3), pair[1])
+    top.output([top.add("linear", pair[0], name="head", out_features=3), pair[1]])
     return [mlp, top]
 
 

@@ -115,6 +115,7 @@ def test_kwargs_with_a_non_string_key_is_rejected_by_checker_and_schema() -> Non
 # schema cannot see (one namespace per graph).
 INPUT_NAMES = ["x", "y", "tokens"]
 NODE_NAMES = ["h", "act", "out"]
+OUTPUT_NAMES = ["logits", "aux"]
 DIMS = st.sampled_from(["B", "T", "C*H", 0, 4, 784])
 # Values a mutation writes anywhere. Strings are valid shape entries and references, so that a mutated value
 # never turns into a shape-expression or reference error, which the schema cannot see.
@@ -125,7 +126,7 @@ VALUES = st.sampled_from(
 NEW_KEYS = st.sampled_from(
     [
         *("shape", "dtype", "device", "op", "in", "hndl", "name", "inputs", "nodes", "outputs", "graphs", "2x", ""),
-        *("params", "tie", "when"),
+        *("params", "tie", "when", "from"),
     ]
 ) | st.sampled_from([1, True, None, 1.5])
 
@@ -156,7 +157,17 @@ def graph_body(draw: Any) -> dict[str, Any]:
         nodes[name] = node
         available.append(name)
     outputs = draw(st.lists(st.sampled_from(available), min_size=1, max_size=2))
-    body = {"inputs": inputs, "nodes": nodes, "outputs": outputs[0] if draw(st.booleans()) else outputs}
+    written: Any = outputs[0] if draw(st.booleans()) else outputs
+    if draw(st.booleans()):  # named outputs, some with a contract
+        written = {}
+        for name, ref in zip(OUTPUT_NAMES, outputs):
+            contract: dict[str, Any] = {"from": ref}
+            if draw(st.booleans()):
+                contract["shape"] = draw(st.lists(DIMS, max_size=3))
+            if draw(st.booleans()):
+                contract["dtype"] = draw(st.sampled_from(["float32", "int64", "float", "any", None]))
+            written[name] = ref if draw(st.booleans()) else contract
+    body = {"inputs": inputs, "nodes": nodes, "outputs": written}
     return body if params is None else {"params": params, **body}
 
 
@@ -336,8 +347,8 @@ def test_a_list_with_references_is_valid_to_the_schema_when_its_bound_value_is_t
     from hndl._graph import Node
     from hndl._graph_params import bind_node
 
-    if not isinstance(value, list):
-        return
+    if not isinstance(value, list) or any(isinstance(item, str) and item.startswith("$") for item in value):
+        return  # a string written with '$' is a reference by definition (§1.6), not a plain value
     bindings = {f"v{i}": item for i, item in enumerate(value) if i < len(picks) and picks[i]}
     written = [f"$v{i}" if f"v{i}" in bindings else item for i, item in enumerate(value)]
     bound, problems = bind_node(Node("n", op, [], {param.name: written}), bindings)

@@ -3,6 +3,8 @@ FlopCounterMode on every example (FLOPs = 2 x MACs)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 
 import pytest
@@ -104,7 +106,9 @@ def test_frozen_and_tied_parameters_are_counted_once_and_apart() -> None:
     table = hndl.summary(model)
     assert table.total_params == 64 + 8 + 8
     assert (table.trainable_params, table.non_trainable_params) == (72, 8)
-    assert [row.params for row in table.rows] == [72, 72]  # a row counts its own layer's tensors
+    # A tied tensor is counted in the first row that has it and marked in the others: the rows add to the total.
+    assert [row.params for row in table.rows] == [72, 8]
+    assert [row.tied for row in table.rows] == [(), ("weight = a.weight",)]
 
 
 def test_summary_of_a_graph_builds_nothing_real() -> None:
@@ -209,3 +213,80 @@ def test_an_expression_with_no_product_to_regroup_prints_as_everywhere_else() ->
 
     for text in ("786432*B*T+1024*B*T*T", "256*B*S*S+128*B*S*T+121344*B*T", "H//2-3"):
         assert factored_text(parse_dim(text)) == str(parse_dim(text))
+
+
+# --- issue 27: tied rows, the symbols left, input_size, the checked graph's repr --------------------------------
+
+
+def test_gpt2_tied_head_is_marked_and_the_rows_add_to_the_total() -> None:
+    table = hndl.summary(hndl.load("zoo:gpt2"), B=1, T=8)
+    rows = {row.name: row for row in table.rows}
+    assert (rows["wte"].params, rows["wte"].tied) == (38_597_376, ())
+    assert (rows["lm_head"].params, rows["lm_head"].tied) == (0, ("weight = wte.weight",))
+    assert sum(row.params for row in table.rows) == table.total_params == 124_439_808
+    text = str(table)
+    assert "0 (tied)" in next(line for line in text.splitlines() if line.startswith("lm_head"))
+    assert "tied:        lm_head.weight = wte.weight (counted once, in the first row that has it)" in text
+
+
+def test_the_hint_names_every_symbol_left_unbound() -> None:
+    table = hndl.summary(hndl.load("zoo:resnet50"), B=8)
+    assert table.unbound == ("H", "W")
+    assert str(table).endswith(
+        "(H and W are not bound: give their sizes for numbers, summary(model, B=8, H=..., W=...) or hndl\n"
+        "summary FILE --dims B=8,H=...,W=...; or the inputs' sizes, input_size=(...) or --input-size)"
+    )
+    assert "not bound" not in str(hndl.summary(hndl.load("zoo:resnet50"), B=8, H=224, W=224))
+
+
+def test_input_size_binds_the_symbols_as_torchinfo_users_write_it() -> None:
+    graph = hndl.load("zoo:resnet50")
+    table = hndl.summary(graph, input_size=(8, 3, 224, 224))
+    assert table.dims == {"B": 8, "H": 224, "W": 224}
+    assert table.macs == hndl.summary(graph, B=8, H=224, W=224).macs == 32_713_474_048
+    assert table.unbound == ()
+
+
+def test_input_size_takes_one_size_per_input() -> None:
+    g = hndl.Graph("pair")
+    g.output(g.add("add", g.input("a", ("B", "D")), g.input("b", ("B", "D")), name="sum"))
+    assert hndl.summary(g, input_size=[(4, 16), (4, 16)]).dims == {"B": 4, "D": 16}
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.summary(g, input_size=(4, 16))
+    assert info.value.problems[0].message == (
+        "input_size must give 2 sizes of ints, one per input (a [B, D], b [B, D]), not [4, 16]"
+    )
+
+
+def test_an_input_size_that_does_not_fit_says_the_order_that_would() -> None:
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.summary(hndl.load("zoo:resnet50"), input_size=(8, 224, 224, 3))
+    (p,) = info.value.problems
+    assert (p.code, p.node, p.message) == (
+        "E_INPUT",
+        "image",
+        "input_size [8, 224, 224, 3] does not fit: dim 1 expected 3, got 224",
+    )
+    assert p.hint == "give it as (8, 3, 224, 224) (channels-last to channels-first)"
+
+
+def test_the_command_takes_input_size() -> None:
+    from hndl.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["summary", "zoo:resnet50", "--input-size", "8,3,224,224", "--depth", "1"]) == 0
+    assert out.getvalue().splitlines()[0] == "resnet50 (zoo:resnet50)"
+    assert "MACs:        32,713,474,048 (32.71 G)" in out.getvalue()
+
+
+def test_the_checked_graph_prints_in_one_line() -> None:
+    checked = hndl.check(hndl.load("zoo:resnet50"))
+    assert (
+        repr(checked)
+        == str(checked)
+        == ("<CheckedGraph 'resnet50': image [B, 3, H, W] float -> fc [B, 1000] float; 175 nodes checked>")
+    )
+    assert repr(checked.nodes[0]) == (
+        "<CheckedNode conv2d 'conv1': [B, 3, H, W] float -> [B, 64, (H-1)//2+1, (W-1)//2+1] float>"
+    )

@@ -202,6 +202,19 @@ def test_every_op_has_a_page_with_its_schema(generated):
     assert "does not check" not in "".join(generated[f"ops/{n}.md"] for n in names)
 
 
+def test_every_declared_mistake_is_refused_and_its_page_shows_the_message(generated):
+    declared = [o for o in hndl.registry if o.error_example is not None]
+    assert len(declared) >= 60
+    for o in declared:
+        page = generated[f"ops/{o.name}.md"]
+        assert "## A mistake it catches" in page, o.name
+        assert "though it is declared as a mistake" not in page, o.name
+    sub = generated["ops/sub.md"]
+    assert "  sub: {op: sub, in: [x0, x1]}" in sub
+    assert "E_SHAPE sub 'sub' port 'b': 'x0' [B, 3] and 'x1' [B, 4] do not broadcast" in sub
+    assert "| `b` (or a number: parameter `b`) | input | any | `any` | right operand |" in sub
+
+
 def test_every_error_code_is_documented_with_a_real_message(generated):
     page = generated["errors.md"]
     assert set(_errors.FIXES) == set(hndl.CODES)
@@ -275,7 +288,7 @@ def test_each_example_spec_has_a_diagram(generated):
         assert f"## `examples/{path.name}`" in page
     assert page.count("```{graphviz}\ndigraph hndl {\n") == len(examples)  # one picture per example
     assert '  i1 [label="x\\n[B, 784] float", shape=box, style=rounded];' in page  # the mlp's input
-    assert 'label="blocks: graph block x4"' in page  # subgraphs are clusters
+    assert 'label="blocks: graph block x4, 793.09 k params"' in page  # subgraphs are clusters, with their parameters
     assert "This graph does not check" in page  # broken.yaml shows its errors
 
 

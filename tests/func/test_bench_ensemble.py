@@ -23,6 +23,13 @@ two runs, before -> after the stack-signature record: 8 members eval 1.10x -> 1.
 1.00x / 1.01x, 8 train 1.07x -> 1.02x / 1.02x, 64 train 1.09x -> 1.01x (see ALLOCATOR_BOUND); hypernetwork
 1.01-1.02x, MAML 1.01x. An A/A comparison (torch.func against itself) spreads ~1% on that machine.
 
+Issue 27 (a recent known stack recognised by PyTorch's C++ tensor guard before any signature is built): what
+ensemble_call does before ``vmap`` went from 6.5-8.6 us to 2.5-2.7 us (timeit of that part alone, 8 members,
+machine loaded by other sessions); cProfile now shows 12 Python-level calls per call beyond the recipe's
+(ensemble_call, the guard lookup, the state version, the closure). Whole-call ratios for 8 members in eval read
+1.02-1.05x in thread CPU time under a load average of 8-12, which is noise at that load: provisional, to be
+measured on a quiet machine.
+
 Run with ``python -m pytest -q -s -p no:cacheprovider -m benchmark tests/func``.
 """
 

@@ -356,3 +356,59 @@ def test_ensemble_calls_from_several_threads_each_with_its_own_base_all_get_thei
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+# A known stack is recognised by PyTorch's tensor guard before any signature is built (issue 27: ensemble_call's
+# overhead at small sizes); a stack the guard does not recognise is looked up by signature as before.
+
+
+@pytest.fixture
+def signatures_built(monkeypatch):
+    """Counts how often ensemble_call builds a stack signature."""
+    import hndl.func._ensemble as ensemble_module
+
+    calls = []
+    build = ensemble_module.stack_signature
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(ensemble_module, "stack_signature", counted)
+    return calls
+
+
+def test_a_known_stack_is_recognised_by_the_tensor_guard_without_a_signature(members, x, signatures_built):
+    params, buffers, base = hf.stack(members)
+    hf.ensemble_call(base, params, buffers, x)
+    assert len(signatures_built) == 1  # the first call: checked, then remembered both ways
+    for _ in range(3):
+        hf.ensemble_call(base, params, buffers, x)
+    assert len(signatures_built) == 1
+
+
+def test_a_stack_the_guard_does_not_know_is_still_known_by_its_signature(members, x, stack_checks, signatures_built):
+    params, buffers, base = _known(members, x)
+    # Same names, shapes, dtypes and devices, other strides: the guard says no, the signature says known.
+    strided = {
+        k: v.detach().transpose(-1, -2).contiguous().transpose(-1, -2) if v.dim() > 2 else v for k, v in params.items()
+    }
+    assert any(strided[k].stride() != params[k].stride() for k in params)
+    torch.testing.assert_close(hf.ensemble_call(base, strided, buffers, x), hf.ensemble_call(base, params, buffers, x))
+    assert len(stack_checks) == 1
+    calls = len(signatures_built)
+    hf.ensemble_call(base, strided, buffers, x)  # now remembered by the guard too
+    assert len(signatures_built) == calls
+
+
+def test_the_guard_record_goes_with_its_base(members, x):
+    import gc
+
+    from hndl.func._stack_signatures import KNOWN_STACKS
+
+    *_, base = _known(members, x)
+    key = id(base)
+    assert key in KNOWN_STACKS._by_id
+    del base
+    gc.collect()
+    assert key not in KNOWN_STACKS._by_id

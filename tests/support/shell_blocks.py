@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 README = "README.md"
 QUICKSTART = "docs/quickstart.md"
+TUTORIAL = "docs/tutorial.md"
 
 _FENCE = re.compile(r"^(`{3,})([^`\n]*)$")
 _MARK = re.compile(r"^<!--\s*([a-z-]+)(?::\s*(.*?))?\s*-->$")
@@ -120,11 +121,24 @@ def commands(block: Block) -> list[list[str]]:
 
 
 def walkthroughs(root: Path = ROOT) -> dict[str, list[Block]]:
-    """What a newcomer runs, page by page: the README's first bash block (set-up in one command); the
-    quickstart's bash blocks in order, then its python blocks as one script."""
+    """What a newcomer runs, page by page: the README's first two bash blocks (set-up in one command, then
+    drawing); the quickstart's bash blocks in order, then its python blocks as one script; for the tutorial, the
+    quickstart's set-up, the tutorial's first python block (it writes the spec file) and its shell commands,
+    in that order (:data:`IN_PAGE_ORDER`)."""
     quickstart = [b for b in fenced_blocks(QUICKSTART, root) if b.lang in ("bash", "python")]
     ordered = [b for b in quickstart if b.lang == "bash"] + [b for b in quickstart if b.lang == "python"]
-    return {README: shell_blocks(README, root)[:1], QUICKSTART: ordered}
+    tutorial = [b for b in fenced_blocks(TUTORIAL, root) if b.lang in ("bash", "python")]
+    first_python = next(b for b in tutorial if b.lang == "python")
+    return {
+        README: shell_blocks(README, root)[:2],
+        QUICKSTART: ordered,
+        TUTORIAL: [shell_blocks(QUICKSTART, root)[0], first_python, *(b for b in tutorial if b.lang == "bash")],
+    }
+
+
+#: The walkthroughs run block by block in the order listed (each python block its own script), rather than the
+#: bash blocks first and the python blocks together.
+IN_PAGE_ORDER = frozenset({TUTORIAL})
 
 
 # --- running them ---------------------------------------------------------------------------------------
@@ -156,54 +170,86 @@ def clean_copy(checkout: Path, dest: Path) -> Path:
 
 
 def run_blocks(
-    blocks: list[Block], where: Path, *, shown: dict[int, str] | None = None, log: Callable[[str], None] = print
+    blocks: list[Block],
+    where: Path,
+    *,
+    shown: dict[int, str] | None = None,
+    log: Callable[[str], None] = print,
+    in_order: bool = False,
 ) -> None:
-    """Run ``blocks`` in order from ``where``, as one terminal session runs what is pasted into it: each bash
-    block in ``bash -euo pipefail`` from ``where``, with the environment the previous block left (so a
-    ``. .venv/bin/activate`` holds for the blocks after it); the python blocks together as one script, with the
-    venv's python. Raises :class:`BlockFailed` at the first block that fails."""
+    """Run ``blocks`` from ``where``, as one terminal session runs what is pasted into it: each bash block in
+    ``bash -euo pipefail`` from ``where``, with the environment the previous block left (so a
+    ``. .venv/bin/activate`` holds for the blocks after it); the python blocks, with the venv's python, together
+    as one script after the bash blocks, or with ``in_order`` each as its own script where it stands. Raises
+    :class:`BlockFailed` at the first block that fails."""
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
     python = [b for b in blocks if b.lang == "python"]
+    if in_order:
+        steps = [[b] for b in blocks]
+    else:
+        steps = [[b] for b in blocks if b.lang == "bash"] + ([python] if python else [])
     with tempfile.TemporaryDirectory(prefix="hndl-blocks-") as scratch:
-        for i, block in enumerate(b for b in blocks if b.lang == "bash"):
-            script, env_file = Path(scratch, f"block{i}.sh"), Path(scratch, f"block{i}.env")
-            # The block as written; the line after it saves the environment it leaves for the next block.
-            script.write_text(f"{block.text}\nenv -0 > {shlex.quote(str(env_file))}\n")
-            started = time.monotonic()
-            # stderr into stdout: the order a terminal shows them in.
-            done = subprocess.run(
-                ["bash", "-euo", "pipefail", str(script)],
-                cwd=where,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            output = done.stdout
-            if done.returncode != block.expected_exit:
-                raise BlockFailed(block, f"exited with status {done.returncode}, not {block.expected_exit}", output)
-            if shown is not None and block.line in shown and output != shown[block.line]:
-                raise BlockFailed(block, "printed other than the page shows", output)
-            if env_file.exists():
-                pairs = (item.split("=", 1) for item in env_file.read_text().split("\0") if "=" in item)
-                env = dict(pairs)
-            log(f"{block.where}: ok ({time.monotonic() - started:.1f} s)")
-        if python:
-            script = Path(scratch, "example.py")
-            script.write_text("".join(b.text for b in python))
-            started = time.monotonic()
-            venv_python = where / ".venv" / "bin" / "python"
-            done = subprocess.run(
-                [str(venv_python), str(script)],
-                cwd=where,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            if done.returncode != 0:
-                joined = Block(python[0].page, "python", script.read_text(), python[0].line)
-                raise BlockFailed(
-                    joined, f"(all of them, as one script) exited with status {done.returncode}", done.stdout
-                )
-            log(f"{python[0].page}: {len(python)} python blocks ok ({time.monotonic() - started:.1f} s)")
+        for i, group in enumerate(steps):
+            if group[0].lang == "bash":
+                env = _run_bash(group[0], where, env, Path(scratch), i, shown, log)
+            else:
+                _run_python(group, where, env, Path(scratch), i, log)
+
+
+def _run_bash(
+    block: Block,
+    where: Path,
+    env: dict[str, str],
+    scratch: Path,
+    i: int,
+    shown: dict[int, str] | None,
+    log: Callable[[str], None],
+) -> dict[str, str]:
+    """Run one bash block; returns the environment it leaves."""
+    script, env_file = scratch / f"block{i}.sh", scratch / f"block{i}.env"
+    # The block as written; the line after it saves the environment it leaves for the next block.
+    script.write_text(f"{block.text}\nenv -0 > {shlex.quote(str(env_file))}\n")
+    started = time.monotonic()
+    # stderr into stdout: the order a terminal shows them in.
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", str(script)],
+        cwd=where,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output = done.stdout
+    if done.returncode != block.expected_exit:
+        raise BlockFailed(block, f"exited with status {done.returncode}, not {block.expected_exit}", output)
+    if shown is not None and block.line in shown and output != shown[block.line]:
+        raise BlockFailed(block, "printed other than the page shows", output)
+    if env_file.exists():
+        pairs = (item.split("=", 1) for item in env_file.read_text().split("\0") if "=" in item)
+        env = dict(pairs)
+    log(f"{block.where}: ok ({time.monotonic() - started:.1f} s)")
+    return env
+
+
+def _run_python(
+    python: list[Block], where: Path, env: dict[str, str], scratch: Path, i: int, log: Callable[[str], None]
+) -> None:
+    """Run python blocks as one script, with the venv's python."""
+    script = scratch / f"example{i}.py"
+    script.write_text("".join(b.text for b in python))
+    started = time.monotonic()
+    venv_python = where / ".venv" / "bin" / "python"
+    done = subprocess.run(
+        [str(venv_python), str(script)],
+        cwd=where,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    if done.returncode != 0:
+        joined = Block(python[0].page, "python", script.read_text(), python[0].line)
+        together = "(all of them, as one script) " if len(python) > 1 else ""
+        raise BlockFailed(joined, f"{together}exited with status {done.returncode}", done.stdout)
+    what = f"{len(python)} python blocks" if len(python) > 1 else f"the python block at line {python[0].line}"
+    log(f"{python[0].page}: {what} ok ({time.monotonic() - started:.1f} s)")

@@ -118,7 +118,10 @@ def test_an_unknown_preset_is_e_spec_with_a_did_you_mean():
     problem = info.value.problems[0]
     assert (problem.code, problem.message) == ("E_SPEC", "zoo:llama has no preset 'llama-2-13b'")
     assert problem.expected == "one of llama-2-7b, llama-3-8b, llama-3.1-8b"
-    assert problem.hint == "did you mean 'llama-2-7b'?"
+    assert problem.hint is None  # another size is no misspelling (naming.closest): the list says what there is
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.zoo.get("llama", preset="lama-2-7b")
+    assert info.value.problems[0].hint == "did you mean 'llama-2-7b'?"
     with pytest.raises(hndl.HndlError) as info:
         hndl.load("zoo:resnet18@resnet34")
     assert info.value.problems[0].expected == "no preset: this entry has none"
@@ -139,10 +142,19 @@ def test_the_summary_command_counts_a_preset_on_the_meta_device():
 
 def test_an_unknown_entry_is_e_spec_with_a_did_you_mean():
     with pytest.raises(hndl.HndlError) as info:
-        hndl.load("zoo:resnet19")
+        hndl.load("zoo:resnte18")
     assert info.value.code == "E_SPEC"
-    assert info.value.problems[0].message == "the zoo has no entry 'resnet19'"
+    assert info.value.problems[0].message == "the zoo has no entry 'resnte18'"
     assert info.value.problems[0].hint == "did you mean 'resnet18'?"
+
+
+def test_another_depth_is_not_offered_as_a_spelling_fix():
+    # resnet19 is no misspelt resnet18: another number is another model (hndl.naming.closest).
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.load("zoo:resnet19")
+    assert info.value.problems[0].message == "the zoo has no entry 'resnet19'"
+    assert info.value.problems[0].hint is None
+    assert "resnet18" in info.value.problems[0].expected
 
 
 def test_spec_files_are_in_a_regular_wheel(tmp_path):

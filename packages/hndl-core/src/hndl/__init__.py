@@ -40,13 +40,15 @@ from ._registry import op as op
 from ._registry import registry as registry
 from ._spec_dumper import dumps as dumps
 from ._spec_dumper import flow_yaml as flow_yaml
-from ._spec_loader import load as load
+from ._spec_loader import load as _load_file
 from ._spec_loader import loads as loads
+from ._spec_loader import looks_like_text as _spec_text
 from ._spec_schema import spec_schema as spec_schema
 from ._summary import Summary as Summary
 from ._summary import SummaryRow as SummaryRow
 
 if TYPE_CHECKING:
+    from .importer import ImportedGraph
     from .torch import GraphModule
     from .weights import LoadReport
 
@@ -79,6 +81,7 @@ __all__ = [
     "draw",
     "dumps",
     "flow_yaml",
+    "from_module",
     "load",
     "load_model",
     "load_state_dict",
@@ -101,6 +104,34 @@ def build(graph: Graph) -> GraphModule:
     from .torch import build_module
 
     return build_module(graph)
+
+
+def load(path: str | os.PathLike[str], *, allow_imports: bool = False) -> Graph:
+    """Read the spec file at ``path`` (or the model zoo's entry ``"zoo:NAME"``) into a :class:`~hndl.Graph`.
+
+    ``load`` only ever reads the file it is given; spec *text* goes to :func:`loads`. A string that is
+    plainly text (it has a line break, or starts with ``{`` or ``hndl:``) is refused with that hint, so a
+    service that receives text can never be made to read a local file because the text named one.
+
+    Args:
+        path: the file, as ``str`` or ``os.PathLike``; ``"zoo:NAME"`` is the zoo entry (:func:`hndl.zoo.get`).
+        allow_imports: whether the graph may use op ``module``, which imports a Python class by name when the
+            model is built. Leave it off for files you did not write.
+
+    Returns:
+        The graph, with ``graph.source`` set to the path and its subgraphs under ``graph.graphs``. Every
+        input, node, node key and output carries its ``file:line:col``. Ops, parameter values and references
+        are checked later, by :func:`hndl.check` and :func:`hndl.build`.
+
+    Raises:
+        HndlError: E_SPEC for a path that names no file or cannot be read, text passed instead of a path, an
+            unknown zoo entry, and every problem with the spec's structure (see :func:`loads`).
+    """
+    if isinstance(path, str) and path.startswith("zoo:") and not _spec_text(path):  # a model zoo entry, not a file
+        from .zoo import get
+
+        return get(path)
+    return _load_file(path, allow_imports=allow_imports)  # text (even one starting "zoo:") is refused there
 
 
 def save(model: GraphModule, path: str | os.PathLike[str]) -> None:
@@ -139,49 +170,108 @@ def load_state_dict(model: GraphModule, source: Any, rules: Any = (), strict: bo
     return load(model, source, rules, strict)
 
 
-def summary(source: Graph | GraphModule, *, depth: int | None = None, **dims: int) -> Summary:
+def summary(
+    source: Graph | GraphModule | Any,
+    *,
+    depth: int | None = None,
+    input_size: Any = None,
+    input_data: Any = None,
+    **dims: Any,
+) -> Summary:
     """The :class:`Summary` of a graph or a built model: one row per node (qualified name, op and layer class,
     the nodes feeding it, output shape, parameters, multiply-adds) and totals (trainable and non-trainable
     parameters, buffers, size in MB, multiply-adds, activation memory). Prints as the table.
 
     A graph is checked and built on PyTorch's meta device (nothing allocated); a built model is summarised as
-    it is (a frozen parameter counts as non-trainable). ``dims`` bind the inputs' symbols (``B=8``); without
-    them, multiply-adds and activation memory are expressions. ``depth=1`` shows each subgraph node as one row
-    with its subtotals.
+    it is (a frozen parameter counts as non-trainable). A parameter shared by several nodes (tied weights) is
+    counted in the first row that has it and marked in the others, so the rows add up to the total. ``dims``
+    bind the inputs' symbols (``B=8``), or ``input_size`` binds them from the inputs' sizes as torchinfo takes
+    them (``input_size=(8, 3, 224, 224)``; a list of sizes for several inputs); without them, multiply-adds and
+    activation memory are expressions, and the table names the symbols left. ``depth=1`` shows each subgraph
+    node as one row with its subtotals.
+    Any other ``torch.nn.Module`` is imported first (:func:`from_module`), given its inputs' sizes as torchinfo
+    takes them, ``input_size=(1, 3, 224, 224)`` (a name such as ``"B"`` makes a dim symbolic), or example
+    inputs, ``input_data=x``.
 
     Raises:
-        HndlError: E_INPUT for a dim the inputs do not have; whatever checking or building the graph raises.
+        HndlError: E_INPUT for a dim the inputs do not have, or an ``input_size`` that does not fit them;
+            whatever checking or building the graph raises.
     """
     from ._summary import summary as make_summary
 
-    return make_summary(source, depth=depth, **dims)
+    source, input_size, dims = _imported(source, input_size, input_data, dims)
+    if isinstance(source, Graph):
+        from .torch._meta import build_on_meta
+
+        source = build_on_meta(source)
+    return make_summary(source, depth=depth, input_size=input_size, **dims)
+
+
+def _imported(source: Any, input_size: Any, input_data: Any, dims: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+    """An ``nn.Module`` that is not an hndl model, imported (:func:`from_module`) from ``input_size`` or
+    ``input_data``, which the import then uses up; anything else as it is."""
+    from .importer import imported_source, is_module
+
+    if not is_module(source):
+        if input_data is not None:
+            raise HndlError(Problem("E_INPUT", "input_data is for an nn.Module that hndl imports first"))
+        return source, input_size, dims
+
+    graph, rest = imported_source(source, {"input_size": input_size, "input_data": input_data, **dims})
+    return graph, None, rest
 
 
 def draw(
-    source: Graph | GraphModule,
+    source: Graph | GraphModule | Any,
     path: str | os.PathLike[str] | None = None,
     *,
     format: str | None = None,
     depth: int | None = None,
-    **dims: int,
+    dpi: int = 300,
+    input_size: Any = None,
+    input_data: Any = None,
+    **dims: Any,
 ) -> str | bytes:
-    """A picture of a graph or a built model: one box per node (op and output shape), the wires, subgraph
-    nodes as clusters (one box below ``depth``). ``path``'s suffix picks the format: ``.svg``/``.png``
-    (Graphviz: the ``graphviz`` package and its ``dot`` program), ``.dot``/``.gv`` or ``.mmd`` (text, no
-    Graphviz); without a path, ``format`` does (``"dot"`` by default). Writes ``path`` when given; returns the
-    text or the image's bytes. ``dims`` fill in the shapes.
+    """A picture of a graph or a built model: one box per node (op and key settings such as ``conv2d 3x3/2, 64``,
+    output shape, parameter count), the wires, subgraph nodes as clusters (one box below ``depth``). ``path``'s
+    suffix picks the format: ``.svg``/``.png`` (Graphviz's ``dot`` program; a PNG at ``dpi``, 300 for print),
+    ``.dot``/``.gv`` or ``.mmd`` (text, no Graphviz); without a path, ``format`` does (``"dot"`` by default).
+    Writes ``path`` when given; returns the text or the image's bytes. ``dims`` fill in the shapes. Any other
+    ``torch.nn.Module`` is imported first, given ``input_size=`` or ``input_data=`` as :func:`summary` takes them.
 
     Raises:
-        HndlError: E_INPUT for an unknown format; E_RUNTIME for SVG/PNG without Graphviz (says how to install it).
+        HndlError: E_INPUT for an unknown format or dpi; E_RUNTIME for SVG/PNG without Graphviz's ``dot`` (says
+            how to install it), or when it fails.
     """
     from ._draw import draw as make_drawing
 
-    return make_drawing(source, path, format=format, depth=depth, **dims)
+    source, input_size, dims = _imported(source, input_size, input_data, dims)
+    if input_size is not None:
+        raise HndlError(Problem("E_INPUT", "draw() binds symbols by name (B=8), not from input_size"))
+    return make_drawing(source, path, format=format, depth=depth, dpi=dpi, **dims)
+
+
+def from_module(module: Any, *example_args: Any, dynamic_shapes: Any = None) -> ImportedGraph:
+    """The hndl graph of an existing ``torch.nn.Module``, traced by ``torch.export`` on ``example_args``: the hndl
+    op for each layer and function that has one (``nn.Linear`` -> ``linear``, ``x + y`` -> ``add``), each node
+    named after the layer it ran in, and a ``module`` node rebuilding each layer no op expresses.
+    ``dynamic_shapes`` (``torch.export``'s format, ``({0: Dim("B")},)``) makes input dims symbolic.
+
+    The result is an :class:`hndl.importer.ImportedGraph`: build it, then
+    ``model.load_state_dict(graph.convert(module.state_dict()))`` gives the built model the module's weights.
+    See docs/import.md.
+
+    Raises:
+        HndlError: E_IMPORT naming the layer and the source line of each thing that cannot be imported.
+    """
+    from .importer import from_module as import_module
+
+    return import_module(module, *example_args, dynamic_shapes=dynamic_shapes)
 
 
 def __getattr__(name: str) -> Any:
     # torch is imported only when a model is built: describing and checking graphs must not need it.
-    if name in ("torch", "func", "docs", "zoo", "weights"):
+    if name in ("torch", "func", "docs", "zoo", "weights", "importer"):
         import importlib
 
         try:

@@ -5,8 +5,9 @@ Multiply-adds (MACs) are counted for the products that ``torch.utils.flop_counte
 resampling and lookups cost 0 here as they do there. Each count is a :data:`~hndl._dims.Dim` over the graph
 inputs' symbols, so it stays symbolic until the caller binds the dims (``B=8``). No torch here.
 
-One table, :data:`MACS`, op name -> ``macs(node) -> Dim``; an op missing from it counts 0, except the ops in
-:data:`UNCOUNTED` (they run code hndl cannot see), whose cost is unknown (``None``).
+One table, :data:`MACS`, op name -> ``macs(node) -> Dim``; an op missing from it counts 0 (every element-wise op,
+activation and constant), except an op that imports code hndl cannot see (:attr:`hndl.OpDef.imports_code`, the
+``module`` op), whose cost is unknown (``None``).
 """
 
 from __future__ import annotations
@@ -19,10 +20,7 @@ from ._check import CheckedNode
 from ._contracts import Variadic
 from ._dims import Dim, Poly, dim_add, dim_mul
 
-__all__ = ["MACS", "UNCOUNTED", "DTYPE_BYTES", "macs", "numel", "output_bytes"]
-
-# The ops whose layer hndl does not know: 'module' imports any torch module by name.
-UNCOUNTED = frozenset({"module"})
+__all__ = ["MACS", "DTYPE_BYTES", "macs", "numel", "output_bytes"]
 
 # Bytes per element; a dtype category ("float", "any") counts as float32, the default dtype.
 DTYPE_BYTES = {
@@ -65,8 +63,9 @@ def output_bytes(node: CheckedNode) -> Dim | None:
 
 
 def macs(node: CheckedNode) -> Dim | None:
-    """The multiply-adds of one leaf node, or ``None`` when hndl cannot know them (see :data:`UNCOUNTED`)."""
-    if node.op in UNCOUNTED:
+    """The multiply-adds of one leaf node, or ``None`` when hndl cannot know them: its op imports code by name
+    (``module``), so its layer is not one hndl knows."""
+    if node.opdef.imports_code:
         return None
     rule = MACS.get(node.op)
     return 0 if rule is None else rule(node)

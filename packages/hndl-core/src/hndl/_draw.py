@@ -1,18 +1,24 @@
-"""Pictures of a graph: Graphviz DOT and Mermaid text, and SVG or PNG through Graphviz.
+"""Pictures of a graph: Graphviz DOT and Mermaid text, and SVG or PNG through Graphviz's ``dot`` program.
 
-One box per node (its name, op and inferred output shape), rounded boxes for the inputs, slanted ones for the
-outputs, an arrow per wire (labelled with the port of a node with several outputs), and each subgraph node as
-a cluster holding one repetition of its subgraph (its label says how many), or as one box below ``depth``.
-:func:`layout` makes that picture as data once; :func:`dot` and :func:`mermaid` only write it out, so the two
-formats cannot disagree. A graph that does not check is still drawn (shapes ``?``, a dangling reference as a
-box that says so), which is how the docs show a broken example.
+One box per node (its name, op and key settings, ``conv2d 3x3/2, 64``; its inferred output shape; its
+parameter count), rounded boxes for the inputs, slanted ones for the outputs, an arrow per wire (labelled with
+the port of a node with several outputs), and each subgraph node as a cluster holding one repetition of its
+subgraph (its label says how many, and their parameters), or as one box below ``depth``. :func:`layout` makes
+that picture as data once; :func:`dot` and :func:`mermaid` only write it out, so the two formats cannot
+disagree. A graph that does not check is still drawn (shapes ``?``, a dangling reference as a box that says
+so), which is how the docs show a broken example.
 
-No torch here; SVG and PNG need the ``graphviz`` Python package and Graphviz's ``dot`` program.
+Parameter counts come from the layers: a built model's own, a graph's built on PyTorch's meta device (nothing
+allocated). SVG and PNG run Graphviz's ``dot`` program directly (:func:`render`): the ``graphviz`` Python
+package is a wrapper around the same program, so requiring it would add a dependency without removing the
+one that matters, and the program missing is then one clear message.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,15 +27,21 @@ from typing import Any
 from ._check import CheckedGraph, CheckedNode, check
 from ._errors import HndlError, Problem, ProblemList
 from ._graph import Graph, split_ref
-from ._registry import registry
+from ._registry import REQUIRED, OpDef, registry
 from ._resolve import check_subgraph_uses
-from ._summary import _bind, _shape
+from ._spec_dumper import flow_yaml
+from ._summary import _amount, _bind, _shape
 from .naming import printable
 
-__all__ = ["FORMATS", "Picture", "dot", "draw", "layout", "mermaid"]
+__all__ = ["DEFAULT_DPI", "FORMATS", "Picture", "dot", "draw", "layout", "mermaid", "render"]
 
 #: file suffix -> format
 FORMATS = {".svg": "svg", ".png": "png", ".dot": "dot", ".gv": "dot", ".mmd": "mermaid"}
+#: A PNG's resolution unless asked otherwise: print quality (Graphviz's own default, 96, made a 5-node MLP 270
+#: pixels wide).
+DEFAULT_DPI = 300
+#: How long ``dot`` may take before the drawing is given up (a graph of 100,000 nodes takes minutes to lay out).
+DOT_TIMEOUT = 120.0
 
 
 @dataclass
@@ -56,13 +68,13 @@ class Picture:
 
 def layout(source: Any, *, depth: int | None = None, **dims: int) -> Picture:
     """The picture of a :class:`~hndl.Graph` or a built model (see the module docstring)."""
-    graph, checked = _graph_and_types(source)
+    graph, checked, model = _graph_and_types(source)
     if checked is None:  # drawn although it does not check: its subgraphs must still be walkable
         problems = ProblemList()
         if not check_subgraph_uses(graph, problems):
             problems.raise_if_any(title=f"graph '{graph.name}'")
     env = _bind(checked, dims) if checked is not None else {}
-    maker = _Maker(graph, env, depth)
+    maker = _Maker(graph, env, depth, model)
     sources = {}
     for name, spec in graph.inputs.items():
         box = maker.box("input", name, _input_shape(checked, name, spec, env))
@@ -70,7 +82,9 @@ def layout(source: Any, *, depth: int | None = None, **dims: int) -> Picture:
         sources[name] = box.ident
     outputs = maker.walk(graph, checked, sources, maker.picture.items, 1, "")
     for i, ref in enumerate(graph.outputs):
-        box = maker.box("output", f"output {i}" if len(graph.outputs) > 1 else "output")
+        named = i < len(graph.output_specs) and graph.output_specs[i].name is not None
+        label = f"output {graph.output_name(i)}" if named else f"output {i}" if len(graph.outputs) > 1 else "output"
+        box = maker.box("output", label)
         maker.picture.items.append(box)
         maker.wire(outputs, ref, box.ident, maker.picture.items)
     return maker.picture
@@ -134,6 +148,7 @@ def draw(
     *,
     format: str | None = None,
     depth: int | None = None,
+    dpi: int = DEFAULT_DPI,
     **dims: int,
 ) -> str | bytes:
     """Draw a graph or a built model; write it to ``path`` when given, and return it.
@@ -143,14 +158,16 @@ def draw(
         path: the file to write; its suffix picks the format (``.svg``, ``.png``, ``.dot``/``.gv``, ``.mmd``).
         format: ``"svg"``, ``"png"``, ``"dot"`` or ``"mermaid"``, when there is no path (or to override it).
         depth: draw subgraph nodes deeper than this as one box; ``None`` draws every leaf.
+        dpi: a PNG's resolution in dots per inch (300, print quality, unless told); other formats are vector
+            or text and ignore it.
         **dims: sizes of the inputs' symbols, filled into the shapes.
 
     Returns:
         The text (DOT, Mermaid) or the image's bytes (SVG, PNG).
 
     Raises:
-        HndlError: E_INPUT for an unknown format; E_RUNTIME when SVG or PNG is asked for and Graphviz is not
-            installed (the message says how to install it).
+        HndlError: E_INPUT for an unknown format or a dpi that is not a positive int; E_RUNTIME when SVG or PNG
+            is asked for and Graphviz's ``dot`` is not installed (the message says how to install it) or fails.
     """
     fmt = format or (FORMATS.get(Path(path).suffix.lower()) if path is not None else "dot")
     if fmt not in set(FORMATS.values()):
@@ -163,8 +180,10 @@ def draw(
                 actual=str(path if path is not None else format),
             )
         )
+    if not isinstance(dpi, int) or isinstance(dpi, bool) or not 1 <= dpi <= 2400:
+        raise HndlError(Problem("E_INPUT", f"dpi must be an int from 1 to 2400, not {dpi!r}", hint="e.g. dpi=300"))
     text = mermaid(source, depth=depth, **dims) if fmt == "mermaid" else dot(source, depth=depth, **dims)
-    result: str | bytes = text if fmt in ("dot", "mermaid") else render(text, fmt)
+    result: str | bytes = text if fmt in ("dot", "mermaid") else render(text, fmt, dpi=dpi)
     if path is not None:
         if isinstance(result, bytes):
             Path(path).write_bytes(result)
@@ -174,43 +193,72 @@ def draw(
 
 
 _INSTALL = (
-    "install Graphviz: `pip install graphviz` for the Python package, and its `dot` program from your system's "
-    "package manager (`apt-get install graphviz`, `brew install graphviz`, `conda install graphviz`); "
-    ".dot and .mmd need neither"
+    "install Graphviz's dot program with your system's package manager (`apt-get install graphviz`, "
+    "`brew install graphviz`, `conda install graphviz`); .dot and .mmd need nothing"
 )
 
 
-def render(dot_text: str, fmt: str) -> bytes:
-    """DOT text rendered by Graphviz's ``dot`` as ``fmt`` (``"svg"``, ``"png"``)."""
+def render(dot_text: str, fmt: str, *, dpi: int = DEFAULT_DPI) -> bytes:
+    """DOT text rendered by Graphviz's ``dot`` program as ``fmt`` (``"svg"``, ``"png"``; a PNG at ``dpi``).
+
+    Runs ``dot`` directly, with the text on its stdin, for at most :data:`DOT_TIMEOUT` seconds.
+
+    Raises:
+        HndlError: E_RUNTIME when ``dot`` is not installed (with how to install it), fails, or takes too long.
+    """
+    program = shutil.which("dot")
+    what = f"drawing {fmt.upper()}"
+    if program is None:
+        raise HndlError(Problem("E_RUNTIME", f"{what} needs Graphviz's dot program, not found on PATH", hint=_INSTALL))
+    command = [program, f"-T{fmt}"] + ([f"-Gdpi={dpi}"] if fmt == "png" else [])
     try:
-        import graphviz
-    except ImportError:
+        done = subprocess.run(command, input=dot_text.encode(), capture_output=True, timeout=DOT_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
         raise HndlError(
-            Problem("E_RUNTIME", f"drawing {fmt.upper()} needs the graphviz Python package", hint=_INSTALL)
+            Problem(
+                "E_RUNTIME",
+                f"{what}: Graphviz's dot took more than {DOT_TIMEOUT:g} s",
+                hint="draw fewer boxes with depth=1 (hndl draw --depth 1), or write .dot and lay it out yourself",
+            )
         ) from None
-    try:
-        return bytes(graphviz.Source(dot_text).pipe(format=fmt))
-    except graphviz.ExecutableNotFound:
+    except OSError as exc:
         raise HndlError(
-            Problem("E_RUNTIME", f"drawing {fmt.upper()} needs Graphviz's `dot` program, not found", hint=_INSTALL)
+            Problem("E_RUNTIME", f"{what}: Graphviz's dot could not run: {exc.strerror or exc}", hint=_INSTALL)
         ) from None
+    if done.returncode != 0 or not done.stdout:
+        lines = done.stderr.decode(errors="replace").strip().splitlines()
+        raise HndlError(
+            Problem(
+                "E_RUNTIME",
+                f"{what}: Graphviz's dot failed (exit status {done.returncode})" + (f": {lines[0]}" if lines else ""),
+            )
+        )
+    return done.stdout
 
 
 # --- the walk -----------------------------------------------------------------------------------------------
 
 
-def _graph_and_types(source: Any) -> tuple[Graph, CheckedGraph | None]:
+def _graph_and_types(source: Any) -> tuple[Graph, CheckedGraph | None, Any]:
+    """The graph, its checked form (``None`` when it does not check) and a built model to count parameters in
+    (``None`` when there is none: a graph that does not check, or whose layers cannot be built)."""
     plan = getattr(source, "plan", None)
     if plan is not None and hasattr(plan, "checked"):
-        return plan.checked.graph, plan.checked
+        return plan.checked.graph, plan.checked, source
     if not isinstance(source, Graph):
         raise HndlError(
             Problem("E_INPUT", f"draw takes a hndl.Graph or a built GraphModule, not {type(source).__name__}")
         )
     try:
-        return source, check(source)
+        checked = check(source)
     except HndlError:
-        return source, None  # drawn anyway: the picture shows what is wrong
+        return source, None, None  # drawn anyway: the picture shows what is wrong
+    from .torch._meta import build_on_meta
+
+    try:
+        return source, checked, build_on_meta(source)
+    except HndlError:
+        return source, checked, None  # a layer that cannot be built: drawn without counts
 
 
 def _input_shape(checked: CheckedGraph | None, name: str, spec: Any, env: Mapping[str, int]) -> str:
@@ -221,13 +269,38 @@ def _input_shape(checked: CheckedGraph | None, name: str, spec: Any, env: Mappin
 
 
 class _Maker:
-    def __init__(self, root: Graph, env: Mapping[str, int], depth: int | None) -> None:
+    def __init__(self, root: Graph, env: Mapping[str, int], depth: int | None, model: Any) -> None:
         self.root = root
         self.env = env
         self.depth = depth
+        self.model = model
         self.picture = Picture()
         self.count = 0
         self.undefined: dict[str, str] = {}
+        self.counted: dict[int, str] = {}  # id of each parameter a box counted -> that node (tied ones count once)
+
+    def params_line(self, node: CheckedNode | None, *, cluster: bool = False) -> list[str]:
+        """``["9.41 k params"]`` for a node whose layer has parameters (``"tied parameters"`` for one whose
+        parameters another box counted), else ``[]``. A cluster's count (every repetition of its subgraph) marks
+        nothing counted: the boxes inside count their own."""
+        if node is None or self.model is None:
+            return []
+        module = self.model.node_module(node.path)
+        if module is None:
+            return []
+        total = 0
+        tied: dict[str, None] = {}  # the nodes that counted this one's tied parameters, in order
+        for p in {id(p): p for p in module.parameters()}.values():
+            if id(p) in self.counted:
+                tied[self.counted[id(p)]] = None
+                continue
+            if not cluster:
+                self.counted[id(p)] = node.qualname
+            total += p.numel()
+        shared = f"tied to {', '.join(tied)}" if tied else ""
+        if not total:
+            return [f"parameters {shared}"] if tied else []
+        return [f"{_amount(total)} params" + (f", {shared}" if tied else "")]
 
     def box(self, kind: str, *lines: str) -> Box:
         self.count += 1
@@ -265,11 +338,14 @@ class _Maker:
             sub_name = node.params.get("graph")
             sub = self.root.graphs.get(sub_name) if isinstance(sub_name, str) else None
             is_graph = opdef is not None and opdef.runs_subgraph and sub is not None
-            repeat = node.params.get("repeat", 1)
+            repeat = len(cn.body) if cn is not None and cn.body else node.params.get("repeat", 1)
             op_text = f"graph {sub_name}" + (f" x{repeat}" if repeat != 1 else "") if is_graph else node.op
             if is_graph and sub is not None and (self.depth is None or level < self.depth):
                 self.count += 1
-                cluster = Cluster(f"c{self.count}", f"{prefix}{name}: {op_text}")
+                counted = self.params_line(cn, cluster=True)
+                cluster = Cluster(
+                    f"c{self.count}", f"{prefix}{name}: {op_text}" + (f", {counted[0]}" if counted else "")
+                )
                 items.append(cluster)
                 inner: dict[str, str] = {}
                 inner_checked = cn.body[0] if cn is not None and cn.body else None
@@ -286,7 +362,13 @@ class _Maker:
             shapes = (
                 ", ".join(_shape(t.shape, self.env) for t in cn.out_types) if cn is not None and cn.out_types else "?"
             )
-            box = self.box("node", f"{prefix}{name}: {op_text}", shapes)
+            settings = _settings(opdef, cn.params if cn is not None else node.params) if not is_graph else ""
+            box = self.box(
+                "node",
+                f"{prefix}{name}: {op_text}" + (f" {settings}" if settings else ""),
+                shapes,
+                *self.params_line(cn),
+            )
             items.append(box)
             for ref in node.inputs:
                 self.wire(sources, ref, box.ident, items)
@@ -324,6 +406,68 @@ def _dot_text(*lines: str) -> str:
 #: which starts a Markdown string.
 _MERMAID_ESCAPES = {"#": "#35;", "&": "#38;", "<": "#lt;", ">": "#gt;", '"': "#quot;", "`": "#96;"}
 _MERMAID_TABLE = str.maketrans(_MERMAID_ESCAPES)
+
+
+# --- a layer's key settings ------------------------------------------------------------------------------------
+
+#: The longest settings text a box shows; the rest is cut with "...".
+_SETTINGS_WIDTH = 40
+
+
+def _settings(opdef: OpDef | None, params: Mapping[str, Any]) -> str:
+    """A layer's key settings as a box shows them after its op: ``3x3/2, 64`` for a conv2d (kernel, stride,
+    channels), ``2x2/2`` for a pool, ``512`` for a linear, ``50257, 768`` for an embedding; for other ops, the
+    required parameters' values and the others that differ from their defaults (``p=0.1``, ``causal``).
+    Inferred parameters (``in_features``) are left out: the shapes above say them."""
+    if opdef is None:
+        return ""
+    declared = {p.name: p for p in opdef.params if not p.inferred}
+    given = {k: v for k, v in params.items() if k in declared}
+    if "kernel_size" in given:
+        text = _window(opdef.name, given)
+    else:
+        parts = [_value(given[k]) for k, p in declared.items() if p.default is REQUIRED and k in given]
+        for k, p in declared.items():
+            if p.default is REQUIRED or k not in given or given[k] == p.default:
+                continue
+            value = given[k]
+            parts.append(k if value is True else f"no {k}" if value is False else f"{k}={_value(value)}")
+        text = ", ".join(parts)
+    return text if len(text) <= _SETTINGS_WIDTH else text[: _SETTINGS_WIDTH - 3] + "..."
+
+
+def _window(op: str, params: Mapping[str, Any]) -> str:
+    """``3x3/2, 64``: kernel, stride when not 1 (a pool's default stride is its kernel), channels, and groups or
+    dilation when not 1."""
+    planar = op.endswith("2d")
+
+    def one(value: Any) -> Any:  # (2, 2) -> 2: a pair of equal sizes is said once
+        if isinstance(value, (list, tuple)) and len(set(value)) == 1:
+            return value[0]
+        return value
+
+    kernel, stride = one(params.get("kernel_size")), one(params.get("stride"))
+    text = "x".join(str(v) for v in kernel) if isinstance(kernel, (list, tuple)) else str(kernel)
+    if planar and not isinstance(kernel, (list, tuple)):
+        text = f"{kernel}x{kernel}"
+    if stride is not None and stride != 1 and stride != kernel:
+        text += "/" + ("x".join(str(v) for v in stride) if isinstance(stride, (list, tuple)) else str(stride))
+    parts = [text]
+    if "out_channels" in params:
+        parts.append(str(params["out_channels"]))
+    for key in ("groups", "dilation"):
+        if params.get(key) not in (None, 1, (1, 1), [1, 1]):
+            parts.append(f"{key} {_value(params[key])}")
+    return ", ".join(parts)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return flow_yaml(value)
+    except HndlError:  # not plain data (a Python object given in code)
+        return type(value).__name__
 
 
 def _mermaid_text(lines: list[str]) -> str:

@@ -63,6 +63,8 @@ CODES: dict[str, str] = {
     "E_CONTRACT": "call-time, a node's output breaks its inferred contract",
     "E_RUNTIME": "call-time, a layer failed, or registered state no longer matches the build",
     "E_PARAMS": "a parameter/buffer dict does not match the build (hndl-func calls, load_model, zoo weights)",
+    "E_IMPORT": "an nn.Module cannot be imported as a graph (hndl.from_module): its trace fails, or it does "
+    "something no op, and no layer rebuildable as a module node, expresses",
 }
 
 

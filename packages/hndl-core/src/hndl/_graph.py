@@ -16,13 +16,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from ._contracts import Contract
+from ._contracts import Contract, ShapePattern, parse_dtype_rule
 from ._errors import HndlError, Problem
-from .naming import EXCERPT_LIMIT, excerpt
+from ._registry import registry
+from .naming import EXCERPT_LIMIT, NAME_RE, excerpt
 
-__all__ = ["Graph", "Handle", "InputSpec", "Node"]
+__all__ = ["Graph", "Handle", "InputSpec", "Node", "OutputSpec"]
 
-NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 #: Input names a GraphModule could not take by keyword: ``model(self=x)`` collides with ``Module.__call__``'s
 #: own first parameter before hndl sees the call.
 RESERVED_INPUT_NAMES = frozenset({"self"})
@@ -82,6 +82,27 @@ class InputSpec:
 
 
 @dataclass
+class OutputSpec:
+    """A graph output's name and contract, as declared (each part optional).
+
+    ``shape`` is a pattern over the graph's symbols (``[B, 10]``; a symbol the inputs do not bind binds here),
+    ``dtype`` a dtype or category; ``None`` declares nothing. The checker holds the inferred output to them, and
+    a built model checks them on each validating call (``E_CONTRACT``).
+    """
+
+    name: str | None = None
+    shape: ShapePattern | None = None
+    dtype: str | None = None
+    #: Where the output was declared in a spec file (its name's key), for messages.
+    location: str | None = None
+
+    @property
+    def declares(self) -> bool:
+        """Whether a contract (shape or dtype) is declared."""
+        return self.shape is not None or self.dtype is not None
+
+
+@dataclass
 class Node:
     """A node as written: op name, input references, parameters (as given, not yet validated).
 
@@ -101,6 +122,9 @@ class Node:
     #: Whether the node exists: ``True``, ``False`` or ``"$name"`` (a bool parameter of the subgraph). A node that
     #: does not exist passes its one input through: references to it read that input.
     when: Any = True
+    #: Which input a node left out by ``when`` passes through, as written in ``inputs`` (needed when it has several:
+    #: a residual ``add`` of ``[x, block]`` left out is ``block``); ``None``: its only input.
+    otherwise: str | None = None
 
     def where(self, key: str | None = None) -> str | None:
         """The location of ``key`` if known, else of the node."""
@@ -128,6 +152,8 @@ class Graph:
         self.nodes: dict[str, Node] = {}
         self.outputs: list[str] = []
         self.output_locations: list[str | None] = []
+        #: Each output's name and contract (:class:`OutputSpec`), parallel to :attr:`outputs`.
+        self.output_specs: list[OutputSpec] = []
         self.graphs: dict[str, Graph] = {}
         #: Where the graph was loaded from (a file path or ``"<string>"``), or ``None`` for Python-built graphs.
         self.source: str | None = None
@@ -186,6 +212,7 @@ class Graph:
         name: str | None = None,
         tie: Mapping[str, str] | None = None,
         when: bool | str = True,
+        otherwise: Ref | None = None,
         **params: Any,
     ) -> Handle:
         """Add a node running ``op`` on ``inputs`` and return its handle.
@@ -198,6 +225,8 @@ class Graph:
                 built model holds one ``Parameter`` under both names, as PyTorch does for tied weights.
             when: whether the node exists; in a parameterised subgraph, ``"$name"`` of a bool parameter. A node
                 that does not exist passes its one input through.
+            otherwise: for a node with several inputs and a ``when``, the input that passes through when it does
+                not exist (one of ``inputs``): ``g.add("add", x, h, when="$residual", otherwise=h)``.
             **params: the op's parameters. Parameters that follow from shapes (``in_features``) are inferred.
                 ``op`` is positional-only, so a parameter may be called ``self`` or ``op`` (the checker then says
                 whether the op takes it) without a TypeError.
@@ -218,16 +247,79 @@ class Graph:
             refs.extend(self._ref(r, name) for r in items)
         if "graph" in params and isinstance(params["graph"], Graph):
             params["graph"] = self.add_subgraph(params["graph"])
-        self.nodes[name] = Node(name, op, refs, dict(params), tie=dict(tie or {}), when=when)
+        passes = None if otherwise is None else self._ref(otherwise, name)
+        self.nodes[name] = Node(name, op, refs, dict(params), tie=dict(tie or {}), when=when, otherwise=passes)
         return Handle(self, name)
 
-    def output(self, *values: Ref | Sequence[Ref]) -> None:
-        """Declare the graph's outputs, in order. May be called several times; outputs accumulate."""
-        for item in values:
-            items = item if isinstance(item, (list, tuple)) else [cast(Ref, item)]
-            for r in items:
-                self.outputs.append(self._ref(r, None))
-                self.output_locations.append(None)
+    def output(
+        self,
+        handle: Ref | Sequence[Ref],
+        name: str | None = None,
+        shape: Any = None,
+        dtype: str | None = None,
+    ) -> None:
+        """Declare an output (or, given a list, several), with an optional name and contract. Outputs accumulate
+        in call order; a built model returns them in that order.
+
+        Args:
+            handle: the value returned: a handle or reference string, or a list of them for several outputs
+                (then without name or contract).
+            name: the output's name, for messages, summaries and pictures (they show the reference when omitted).
+            shape: a shape pattern over the graph's symbols, ``("B", 10)``: the checker requires the inferred
+                shape to match it (a forgotten ``flatten`` is an ``E_SHAPE`` at the node that made the shape),
+                and a built model checks it on each validating call (``E_CONTRACT``).
+            dtype: a dtype or category the output must have (``"float32"``, ``"float"``).
+
+        Raises:
+            HndlError: E_NAME for an invalid or repeated output name, E_SPEC for a malformed shape or dtype,
+                E_REF for a handle of another graph, or a second handle passed where the name goes.
+        """
+        if isinstance(name, (Handle, list, tuple)):
+            raise HndlError(
+                Problem(
+                    "E_REF",
+                    "g.output takes one value, then its name: several outputs go in one list",
+                    hint="g.output([a, b]), or call g.output once per output",
+                )
+            )
+        if isinstance(handle, (list, tuple)):
+            if name is not None or shape is not None or dtype is not None:
+                raise HndlError(
+                    Problem(
+                        "E_REF",
+                        "a name or contract belongs to one output, not to a list of them",
+                        hint="call g.output(value, name=..., shape=...) once per output",
+                    )
+                )
+            for item in handle:
+                self.output(item)
+            return
+        ref = self._ref(cast(Ref, handle), None)
+        spec = OutputSpec(name=name)
+        if name is not None:
+            _check_name(name, "output")
+            taken = [i for i, other in enumerate(self.output_specs) if other.name == name]
+            if taken:
+                raise HndlError(
+                    Problem(
+                        "E_NAME",
+                        f"output name {name!r} is already taken by output {taken[0]}",
+                        hint="each output needs its own name",
+                    )
+                )
+        try:
+            spec.shape = None if shape is None else ShapePattern.parse(shape)
+            spec.dtype = None if dtype is None else parse_dtype_rule(dtype)
+        except ValueError as exc:
+            raise HndlError(Problem("E_SPEC", f"output {name or ref!r}: {exc}", node=name)) from None
+        self.outputs.append(ref)
+        self.output_locations.append(None)
+        self.output_specs.append(spec)
+
+    def output_name(self, index: int) -> str:
+        """What messages call output ``index``: its declared name, else the reference it returns."""
+        spec = self.output_specs[index] if index < len(self.output_specs) else None
+        return spec.name if spec is not None and spec.name is not None else self.outputs[index]
 
     def add_subgraph(self, graph: Graph) -> str:
         """Make ``graph`` usable as ``{op: graph, graph: <name>}`` in this graph; returns its name."""
@@ -245,8 +337,6 @@ class Graph:
     def output_count(self, node: str) -> int | None:
         """How many outputs ``node`` has, if its op can say so from its parameters (or, for a node that runs a
         subgraph, from that subgraph's outputs); ``None`` when that is only known once the graph is checked."""
-        from ._registry import registry
-
         n = self.nodes.get(node)
         if n is None:
             return 1 if node in self.inputs else None

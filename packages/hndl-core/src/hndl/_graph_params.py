@@ -2,9 +2,10 @@
 (``"$width"``, ``"$width*4"``) in its nodes that take those values.
 
 A graph declares parameters with defaults (``Graph.params``, a spec graph's ``params:``). A node parameter
-written ``"$name"`` takes the parameter's value as it is (any plain value); ``"$expr"`` is an integer expression
-over integer parameters (``"$width*4"``, ``"$width//2"``), evaluated with the dims arithmetic, nothing
-``eval``-ed. A reference may stand anywhere in a parameter's value: the whole value, an item of a list
+written ``"$name"`` takes the parameter's value as it is (any plain value); ``"$expr"`` is an expression over
+number parameters (``"$width*4"``, ``"$width//2"``, ``"$rate * $k / ($n - 1)"``) that computes as Python does,
+parsed by a small grammar, nothing ``eval``-ed. Each repetition of a subgraph also binds ``repetition``, its
+index (0-based), unless the graph declares a parameter of that name. A reference may stand anywhere in a parameter's value: the whole value, an item of a list
 (``shape: [1, "$tokens+1", $dim]``, ``kernel_size: [$k, $k]``) or a value inside a mapping (so a ``graph`` node
 can pass ``params: {width: $width}`` on to a subgraph of its own), at any depth. A node's ``when`` may be
 ``"$name"`` of a bool parameter. An input shape names an integer parameter as a dim (``[B, width, H, W]``),
@@ -16,19 +17,23 @@ Everything here returns reasons rather than raising; the checker (:mod:`hndl._ch
 from __future__ import annotations
 
 import copy
+import math
+import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from ._contracts import Contract, ShapePattern
-from ._dims import DimError, evaluate, format_dim, free_symbols, parse_dim, substitute
+from ._dims import MAX_DIM, MAX_EXPR_CHARS, MAX_NESTING, DimError, format_dim, free_symbols, substitute
 from ._graph import Graph, Node
 from .naming import excerpt, suggestion
 
 __all__ = [
+    "FUNCTIONS",
     "MAX_BOUND_VALUES",
     "PREFIX",
+    "REPETITION",
     "ValueBudget",
     "bind_contract",
     "bind_node",
@@ -40,6 +45,10 @@ __all__ = [
 
 #: What starts a reference to a graph parameter in a node's parameters.
 PREFIX = "$"
+
+#: The parameter each repetition of a subgraph binds to its index (0-based), unless the graph declares one of
+#: that name: a drop-path rate that grows with depth is ``p: "$rate * ($first + $repetition) / ($blocks - 1)"``.
+REPETITION = "repetition"
 
 
 def is_reference(value: Any) -> bool:
@@ -101,8 +110,9 @@ def expanded_size(value: Any, cap: int) -> int:
 def resolve(value: str, bindings: Mapping[str, Any], budget: ValueBudget | None = None) -> tuple[Any, str, str | None]:
     """The value of the reference ``value`` under ``bindings``: ``(value, "", None)`` or ``(None, reason, hint)``.
 
-    A parameter's value is returned as a copy, counted against ``budget`` first when one is given; without a
-    budget it is returned as it is (for callers that only read it).
+    ``"$name"`` is the parameter's value: a copy, counted against ``budget`` first when one is given; without a
+    budget it is returned as it is (for callers that only read it). Anything else after the ``$`` is an
+    expression over number parameters (:class:`_Expression`).
     """
     text = value[len(PREFIX) :].strip()
     if text in bindings:
@@ -113,27 +123,181 @@ def resolve(value: str, bindings: Mapping[str, Any], budget: ValueBudget | None 
             return None, reason, "a parameter that refers to a list of references to itself grows with every level"
         return copy.deepcopy(bindings[text]), "", None
     try:
-        expr = parse_dim(text)
-    except DimError:
-        return None, f"{excerpt(value)} is neither a graph parameter nor an integer expression over them", None
-    names = sorted(free_symbols(expr))
-    missing = [n for n in names if n not in bindings]
+        expr = _Expression(text)
+    except _ExpressionError as exc:
+        reason = f"{excerpt(value)} is neither a graph parameter nor an expression over them"
+        return None, reason + (f" ({exc})" if str(exc) else ""), None
+    missing = [n for n in expr.names if n not in bindings]
     if missing:
         declared = ", ".join(bindings) or "none"
         hint = suggestion(missing[0], bindings) or f"declared parameters: {declared}"
         return None, f"{excerpt(value)} names {missing[0]!r}, which is not a parameter of this graph", hint
-    not_int = [n for n in names if not _is_int(bindings[n])]
-    if not_int:
-        name = not_int[0]
-        return (
-            None,
-            f"{excerpt(value)} computes with {name!r}, which is {excerpt(bindings[name])}, not an integer",
-            None,
-        )
+    not_number = [n for n in expr.names if not _is_number(bindings[n])]
+    if not_number:
+        name = not_number[0]
+        return None, f"{excerpt(value)} computes with {name!r}, which is {excerpt(bindings[name])}, not a number", None
     try:
-        return evaluate(expr, {n: bindings[n] for n in names}), "", None
-    except DimError as exc:
+        return expr.evaluate(bindings), "", None
+    except _ExpressionError as exc:
         return None, f"{excerpt(value)}: {exc}", None
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, float)
+
+
+class _ExpressionError(ValueError):
+    pass
+
+
+_TOKEN = re.compile(
+    r"\s*(?:(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|(?P<name>\$?[A-Za-z_][A-Za-z0-9_]*)|(?P<op>//|[-+*/%(),]))"
+)
+#: Functions an expression may call, each with Python's meaning (``floor``, ``ceil``, ``round`` give integers).
+FUNCTIONS: dict[str, Any] = {"min": min, "max": max, "floor": math.floor, "ceil": math.ceil, "round": round}
+
+
+class _Expression:
+    """A parsed expression over graph parameters: numbers, parameter names (optionally ``$``-prefixed:
+    ``$rate * $k / ($n - 1)`` and ``rate*k/(n-1)`` are one expression), ``+ - * / // %``, unary minus,
+    parentheses and the :data:`FUNCTIONS`. It computes as Python does: integers stay integers (``//`` and
+    ``%`` floor), ``/`` divides to a float, a float operand makes a float. Nothing is ``eval``-ed; the text
+    is at most :data:`~hndl._dims.MAX_EXPR_CHARS` characters and nests at most
+    :data:`~hndl._dims.MAX_NESTING` levels, and every integer stays within :data:`~hndl._dims.MAX_DIM`.
+    """
+
+    def __init__(self, text: str) -> None:
+        if len(text) > MAX_EXPR_CHARS:
+            raise _ExpressionError(f"it is longer than {MAX_EXPR_CHARS:,} characters")
+        self.tokens: list[tuple[str, str]] = []
+        pos = 0
+        stripped = text.rstrip()
+        while pos < len(stripped):
+            m = _TOKEN.match(stripped, pos)
+            if m is None or m.end() == pos:
+                raise _ExpressionError(f"unexpected {excerpt(stripped[pos:].strip()[:10])}")
+            kind = m.lastgroup or ""
+            self.tokens.append((kind, m.group(kind)))
+            pos = m.end()
+        if not self.tokens:
+            raise _ExpressionError("")
+        self.i = 0
+        self.depth = 0
+        self.names: list[str] = []
+        self.tree = self._sum()
+        if self.i != len(self.tokens):
+            raise _ExpressionError(f"unexpected {self.tokens[self.i][1]!r}")
+
+    # Parsing builds a small tree of tuples: ("num", v), ("name", n), (op, left, right), ("neg", x),
+    # ("call", f, [args]).
+    def _peek(self) -> str | None:
+        return self.tokens[self.i][1] if self.i < len(self.tokens) else None
+
+    def _take(self) -> tuple[str, str]:
+        if self.i >= len(self.tokens):
+            raise _ExpressionError("it ends too early")
+        token = self.tokens[self.i]
+        self.i += 1
+        return token
+
+    def _sum(self) -> Any:
+        node = self._product()
+        while self._peek() in ("+", "-"):
+            node = (self._take()[1], node, self._product())
+        return node
+
+    def _product(self) -> Any:
+        node = self._unary()
+        while self._peek() in ("*", "/", "//", "%"):
+            node = (self._take()[1], node, self._unary())
+        return node
+
+    def _unary(self) -> Any:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise _ExpressionError(f"it nests more than {MAX_NESTING} levels deep")
+        try:
+            if self._peek() in ("-", "+"):
+                sign = self._take()[1]
+                inner = self._unary()
+                return ("neg", inner) if sign == "-" else inner
+            return self._atom()
+        finally:
+            self.depth -= 1
+
+    def _atom(self) -> Any:
+        kind, text = self._take()
+        if kind == "number":
+            if "." in text or "e" in text or "E" in text:
+                return ("num", float(text))
+            if len(text) > 19:
+                raise _ExpressionError(f"a number of {len(text):,} digits is beyond the limit of 2**63-1")
+            return ("num", int(text))
+        if kind == "name":
+            name = text.lstrip(PREFIX)
+            if self._peek() == "(" and text == name and name in FUNCTIONS:
+                self._take()
+                args = [self._sum()]
+                while self._peek() == ",":
+                    self._take()
+                    args.append(self._sum())
+                if self._take()[1] != ")":
+                    raise _ExpressionError("missing ')'")
+                return ("call", name, args)
+            self.names.append(name)
+            return ("name", name)
+        if text == "(":
+            node = self._sum()
+            if self._take()[1] != ")":
+                raise _ExpressionError("missing ')'")
+            return node
+        raise _ExpressionError(f"unexpected {text!r}")
+
+    def evaluate(self, bindings: Mapping[str, Any]) -> int | float:
+        return self._value(self.tree, bindings)
+
+    def _value(self, node: Any, bindings: Mapping[str, Any]) -> Any:
+        kind = node[0]
+        if kind == "num":
+            return node[1]
+        if kind == "name":
+            return bindings[node[1]]
+        if kind == "neg":
+            return _checked(-self._value(node[1], bindings))
+        if kind == "call":
+            args = [self._value(a, bindings) for a in node[2]]
+            try:
+                return _checked(FUNCTIONS[node[1]](*args))
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise _ExpressionError(f"{node[1]}(): {exc}") from None
+        left, right = self._value(node[1], bindings), self._value(node[2], bindings)
+        try:
+            if kind == "+":
+                return _checked(left + right)
+            if kind == "-":
+                return _checked(left - right)
+            if kind == "*":
+                return _checked(left * right)
+            if kind == "/":
+                return _checked(left / right)
+            if kind == "//":
+                return _checked(left // right)
+            return _checked(left % right)
+        except ZeroDivisionError:
+            raise _ExpressionError("division by zero") from None
+        except OverflowError:
+            raise _ExpressionError("a value is too large for a float") from None
+
+
+def _checked(value: Any) -> Any:
+    """``value`` if it is a number within bounds: an integer within :data:`~hndl._dims.MAX_DIM`, a finite float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _ExpressionError(f"a value is {excerpt(value)}, not a number")
+    if isinstance(value, int) and abs(value) > MAX_DIM:
+        raise _ExpressionError("a value grows beyond the limit of 2**63-1")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _ExpressionError(f"a value is {value}, not a finite number")
+    return value
 
 
 #: How deep :func:`bind_node` looks for references inside a parameter's value: a spec's values nest at most
@@ -267,8 +431,9 @@ def repetition_params(
         reason = budget.spend(sub.params, uses[key]) or budget.spend(values, uses[key])
         if reason:
             return [], reason, "each repetition gets its own copy of its parameters' values"
-    for values in given:
-        out.append({**copy.deepcopy(sub.params), **copy.deepcopy(dict(values))})
+    for index, values in enumerate(given):
+        implicit = {} if REPETITION in sub.params else {REPETITION: index}
+        out.append({**implicit, **copy.deepcopy(sub.params), **copy.deepcopy(dict(values))})
     return out, "", None
 
 

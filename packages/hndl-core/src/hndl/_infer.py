@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
-from ._contracts import TensorType, dtype_satisfies, format_shape, is_unknown, unknown_dim
+from ._contracts import DTYPES, TensorType, dtype_satisfies, format_shape, is_unknown, unknown_dim
 from ._dims import format_dim, free_symbols
+from ._hints import dtype_fix, node_hint, shape_fix
 from ._registry import InferError, OpDef, Params, Port
 
 __all__ = ["BoundPorts", "Report", "active_ports", "bind_ports", "declared_output_types", "infer_node"]
@@ -29,8 +30,8 @@ class Report(Protocol):
 
 
 def active_ports(opdef: OpDef, params: Mapping[str, Any]) -> list[Port]:
-    """``opdef``'s input ports that exist for these parameters (a port with ``when`` needs its flag set)."""
-    return [p for p in opdef.inputs if p.when is None or params.get(p.when) is True]
+    """``opdef``'s input ports that take a value under these parameters (:meth:`OpDef.active_inputs`)."""
+    return opdef.active_inputs(params)
 
 
 def bind_ports(opdef: OpDef, in_types: Sequence[TensorType], params: Mapping[str, Any]) -> BoundPorts | None:
@@ -91,13 +92,15 @@ def infer_node(
         pattern = port.pattern
         if pattern is None or t.shape is None:
             continue
+        before = dict(env)  # matching binds as it goes; a fix is searched under the bindings it started from
         reason = pattern.match(t.shape, env)
         if reason:
             hint = None
             inferred_given = [p.name for p in opdef.params if p.inferred and p.name in given and p.name in reason]
             if inferred_given:
                 hint = f"drop {inferred_given[0]}: hndl infers it from the input"
-            hint = _flatten_hint(pattern.entries, t.shape, env) or hint
+            fix = shape_fix(pattern, t.shape, before)
+            hint = (node_hint(fix) if fix is not None else None) or hint
             report(
                 "E_SHAPE",
                 reason,
@@ -253,36 +256,25 @@ def _out_dtype(rule: str, ports: BoundPorts) -> str:
     return rule
 
 
+#: A bool port given another dtype: a graph input declared bool (and a bool tensor passed), or a value made bool.
+_BOOL_HINT = (
+    "declare the input's dtype: bool and pass a bool tensor (mask.bool() in torch), or make it bool in the graph: "
+    "{op: ne, in: x, b: 0} or {op: cast, dtype: bool}"
+)
+
+
 def _dtype_hint(port: Port, t: TensorType) -> str | None:
     """The likely fix for a dtype mismatch: declare the graph input's dtype (a tensor's dtype starts there)."""
     if port.dtype in ("int", "int64"):
         return "declare the input's dtype, e.g. dtype: int64"
+    if port.dtype == "bool":
+        return _BOOL_HINT
     if port.dtype.startswith("same:"):
         return "give both the same dtype: declare it on the graph inputs they come from, e.g. dtype: float32"
-    if port.dtype == "bool":
-        return "declare the input's dtype: bool, and pass a bool tensor (mask.bool() for a 1/0 mask in torch)"
     if port.dtype.startswith("float") and not t.dtype.startswith("float"):
         example = "float32" if port.dtype == "float" else port.dtype
-        return f"declare the input's dtype: {example}, and pass a floating tensor (x.float() in torch)"
-    return None
-
-
-def _flatten_hint(entries: Sequence[object], shape: Sequence[object], env: Mapping[str, Any]) -> str | None:
-    """``flatten`` as the fix when a port wants ``n`` features last and the input's trailing dims multiply to
-    ``n`` (``[B, 64, 7, 7]`` into a ``linear`` with in_features 3136): it was meant to be flattened first."""
-    want = env.get(entries[-1]) if entries and isinstance(entries[-1], str) else entries[-1] if entries else None
-    if not isinstance(want, int) or isinstance(want, bool) or not shape or shape[-1] == want:
-        return None
-    size = 1
-    for k in range(1, len(shape) + 1):
-        d = shape[-k]
-        if not isinstance(d, int):
-            return None
-        size *= d
-        if size == want and k >= 2:
-            start = len(shape) - k
-            flat = format_shape((*shape[:start], want))  # type: ignore[arg-type]
-            return f"flatten it first: a node {{op: flatten, start_dim: {start}}} makes it {flat}"
-        if size > want:
-            return None
+        # The conversion the run-time check would suggest for a tensor of this dtype (x.float() / 255 for uint8).
+        conversion = dtype_fix(t.dtype, port.dtype) if t.dtype in DTYPES else None
+        code = f"x{conversion[0]}" if conversion is not None else "x.float()"
+        return f"declare the input's dtype: {example}, and pass a floating tensor ({code} in torch)"
     return None

@@ -22,6 +22,7 @@ it is asked for an op it does not know, or for the list of all ops.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import math
 import threading
@@ -32,11 +33,10 @@ from typing import Any
 
 from ._contracts import ShapePattern, TensorType, parse_dtype_rule
 from ._errors import HndlError, Problem
-from ._graph import NAME_RE
 from ._param_types import ParamType, param_type
-from .naming import excerpt
+from .naming import NAME_RE, closest, excerpt, normal_name
 
-__all__ = ["REQUIRED", "InferError", "OpDef", "Param", "Params", "Port", "op", "registry"]
+__all__ = ["REQUIRED", "RETURNS", "InferError", "OpDef", "Param", "Params", "Port", "op", "registry"]
 
 
 class _Required:
@@ -157,7 +157,7 @@ class Param:
     def describe_default(self) -> str:
         """The default as the reference and ``hndl ops`` show it: ``required``, ``inferred``, or the value as
         YAML flow text (``[1, 1]``), with ``(or inferred)`` for an inferred parameter that has one."""
-        from ._spec_dumper import flow_yaml
+        from ._flow_yaml import flow_yaml
 
         if self.inferred:
             return "inferred" if self.default is REQUIRED else f"{flow_yaml(self.default)} (or inferred)"
@@ -166,7 +166,7 @@ class Param:
     def describe_constraints(self) -> str:
         """The bounds and choices in words (``>= 1; <= 10000``, ``one of 'mean', 'sum'``, ``may be null``), or
         ``""``: what the reference and ``hndl ops`` show beside the type."""
-        from ._spec_dumper import flow_yaml
+        from ._flow_yaml import flow_yaml
 
         rules = []
         if self.min is not None:
@@ -226,6 +226,8 @@ class Port:
             fill the required ports first; the optional ones are filled in order from what is left.
         when: the name of a ``bool`` parameter; the port exists only when that parameter is true
             (``attention``'s ``mask`` when ``masked``), and is then required unless ``optional``.
+        scalar: a number may stand for this input: the op's parameter of the port's name (a nullable
+            ``float``) gives it, and the port then takes no value (``{op: sub, in: x, b: 1}`` is ``x - 1``).
     """
 
     name: str
@@ -235,6 +237,7 @@ class Port:
     variadic: bool = False
     optional: bool = False
     when: str | None = None
+    scalar: bool = False
 
     def __post_init__(self) -> None:
         # Parsed once here: inference reads the pattern for every node that uses the op.
@@ -314,6 +317,17 @@ class OpDef:
         runs_subgraph: a node of this op runs the graph named by its ``graph`` parameter, ``repeat`` times
             (both parameters must be declared): the checker checks that graph in place, once per repetition,
             and the builder makes one ``ModuleDict`` per repetition instead of calling ``build``.
+        returns: what the built layer's outputs may share memory with, one of :data:`RETURNS`: ``"new"`` (a
+            tensor nothing else holds), ``"input"`` (possibly an input itself: dropout in eval mode), ``"view"``
+            (possibly a view of an input: reshape, permute), ``"state"`` (a registered tensor of the layer:
+            ``parameter``, ``buffer``), or ``"unknown"`` (not declared; treated as anything). The fast path
+            writes into a value in place only when its producer returns ``"new"``.
+        aliases: names people bring from other libraries for this op, each with the parameters it implies
+            (``{"Hardsigmoid": {}, "gelu_new": {"approximate": "tanh"}}``): an unknown op of that name gets
+            this op, with those parameters, as its hint. Spelling variants need no entry (case and separators
+            are ignored: ``LayerNorm2d`` finds ``layernorm2d``).
+        error_example: a node this op refuses, for the docs: ``{"params": {...}, "inputs": [shape or
+            {"shape": ..., "dtype": ...}, ...]}``; the reference page shows the message it gets.
     """
 
     name: str
@@ -331,13 +345,33 @@ class OpDef:
     input_shape_example: Sequence[Any] | None = None
     imports_code: bool = False
     runs_subgraph: bool = False
+    returns: str = "unknown"
+    aliases: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    error_example: Mapping[str, Any] | None = None
 
     @property
     def summary(self) -> str:
         return self.doc.strip().splitlines()[0] if self.doc.strip() else ""
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # A registered op is pickled (and deep-copied) as its name, like a class: an op made from a row has a
+        # builder and an inference closure, which pickle cannot write by value, and the process that loads a
+        # pickled model must have the same ops registered anyway.
+        if registry._ops.get(self.name) is self:
+            return (_registered_op, (self.name,))
+        return object.__reduce_ex__(self, protocol)
+
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
+
+    def active_inputs(self, params: Mapping[str, Any]) -> list[Port]:
+        """The input ports that take a value under ``params``: a port with ``when`` needs its flag set, and a
+        ``scalar`` port whose parameter holds a number takes none."""
+        return [
+            p
+            for p in self.inputs
+            if (p.when is None or params.get(p.when) is True) and not (p.scalar and params.get(p.name) is not None)
+        ]
 
     def output_count(self, params: Mapping[str, Any]) -> int:
         if self.count_outputs is not None:
@@ -409,6 +443,31 @@ class Registry:
         self._ensure_plugins()
         return sorted(self._ops)
 
+    def registered(self) -> list[OpDef]:
+        """The ops registered so far, without loading plugins (the built-in ones once :mod:`hndl.ops` is
+        imported)."""
+        with self._lock:
+            return list(self._ops.values())
+
+    def unknown_op_hint(self, name: str) -> str | None:
+        """What an unknown op ``name`` most likely means: an op it is another library's name for (with the
+        parameters that name implies), or an op it misspells (:func:`hndl.naming.closest`); ``None`` if neither.
+
+        ``name`` may be written as a torch class or call (``nn.Hardsigmoid``, ``GELU(approximate='tanh')``):
+        the module path is dropped and keyword arguments with literal values are read (never evaluated) and
+        kept where the op has a parameter of that name.
+        """
+        written, keywords = _split_call(name)
+        ops = list(self)
+        wanted = normal_name(written)
+        for opdef in ops:
+            for alias, implied in ((opdef.name, {}), *opdef.aliases.items()):
+                if normal_name(alias) == wanted:
+                    params = {**implied, **{k: v for k, v in keywords.items() if opdef.param(k) is not None}}
+                    return _as_written(name, opdef.name, params)
+        close = closest(written, [o.name for o in ops])
+        return f"did you mean '{close}'?" if close is not None else None
+
     def __iter__(self) -> Iterator[OpDef]:
         return (self._ops[n] for n in self.names())
 
@@ -457,6 +516,58 @@ class Registry:
             self.register(item, replace=True)
 
 
+#: The longest op text read as a call (``GELU(approximate='tanh')``); a longer one is matched as a name only.
+_MAX_CALL_TEXT = 200
+
+
+def _split_call(text: str) -> tuple[str, dict[str, Any]]:
+    """``("GELU", {"approximate": "tanh"})`` for ``"nn.GELU(approximate='tanh')"``: the name after any module
+    path, and the keyword arguments whose values are literals. Read with :mod:`ast`; nothing is evaluated."""
+    keywords: dict[str, Any] = {}
+    head = text
+    if "(" in text and len(text) <= _MAX_CALL_TEXT:
+        try:
+            call = ast.parse(text.strip(), mode="eval").body
+        except (SyntaxError, ValueError, RecursionError):
+            call = None
+        if isinstance(call, ast.Call):
+            head = ast.unparse(call.func)
+            for kw in call.keywords:
+                try:
+                    if kw.arg is not None:
+                        keywords[kw.arg] = ast.literal_eval(kw.value)
+                except (ValueError, TypeError, SyntaxError, RecursionError):
+                    continue
+        else:
+            head = text.split("(", 1)[0]
+    return head.rsplit(".", 1)[-1], keywords
+
+
+def _as_written(name: str, op_name: str, params: Mapping[str, Any]) -> str:
+    """The hint for an op known by another name: how the node is written in hndl."""
+    from ._flow_yaml import flow_yaml
+
+    try:
+        node = flow_yaml({"op": op_name, **params})
+    except Exception:  # a keyword value flow YAML cannot write (a set, bytes): the op alone
+        node = flow_yaml({"op": op_name})
+    return f"{excerpt(name)} is {node} in hndl"
+
+
+def _registered_op(name: str) -> OpDef:
+    """The op registered as ``name``: how a pickled :class:`OpDef` is read back."""
+    found = registry.find(name)
+    if found is None:
+        raise HndlError(
+            Problem(
+                "E_OP",
+                f"unknown op {excerpt(name)}: the pickled model uses it, and it is not registered in this process",
+                hint="import or install the package that registers it before loading the model",
+            )
+        )
+    return found
+
+
 def _entry_points() -> Iterable[Any]:
     """The installed ``hndl.ops`` entry points (a function, so tests can stand in for the installation)."""
     from importlib.metadata import entry_points
@@ -473,7 +584,10 @@ def _opdefs(loaded: Any) -> list[OpDef]:
 
 
 #: Keys a node already uses in a spec file or in ``Graph.add``; a parameter cannot be named so.
-RESERVED_PARAM_NAMES = ("op", "in", "name", "tie", "when")
+RESERVED_PARAM_NAMES = ("op", "in", "name", "tie", "when", "otherwise")
+
+#: What an op's layer may return (:attr:`OpDef.returns`).
+RETURNS = ("new", "input", "view", "state", "unknown")
 
 
 def _validate_opdef(opdef: OpDef) -> None:
@@ -492,6 +606,17 @@ def _validate_opdef(opdef: OpDef) -> None:
             raise ValueError(f"op {opdef.name!r}: a parameter cannot be named {param.name!r} (a node key)")
     if opdef.runs_subgraph and not {"graph", "repeat"} <= {p.name for p in opdef.params}:
         raise ValueError(f"op {opdef.name!r} runs a subgraph, so it must declare parameters 'graph' and 'repeat'")
+    if opdef.returns not in RETURNS:
+        raise ValueError(f"op {opdef.name!r}: returns must be one of {', '.join(RETURNS)}, not {opdef.returns!r}")
+    for port in opdef.inputs:
+        number = opdef.param(port.name)
+        if port.scalar and (
+            number is None or number.type.name != "float" or not number.nullable or number.default is not None
+        ):
+            raise ValueError(
+                f"op {opdef.name!r}: port {port.name!r} takes a number, so it needs a parameter {port.name!r} of type "
+                "'float', nullable, defaulting to None"
+            )
     names = [p.name for p in opdef.inputs]
     for port in opdef.inputs[:-1]:
         if port.variadic:
@@ -527,6 +652,9 @@ def op(
     replace: bool = False,
     imports_code: bool = False,
     runs_subgraph: bool = False,
+    returns: str = "unknown",
+    aliases: Mapping[str, Mapping[str, Any]] | None = None,
+    error_example: Mapping[str, Any] | None = None,
 ) -> Callable[[BuildFn], BuildFn]:
     """Register the decorated builder as op ``name``. See :class:`OpDef` for the arguments.
 
@@ -551,6 +679,9 @@ def op(
                 input_shape_example=input_shape_example,
                 imports_code=imports_code,
                 runs_subgraph=runs_subgraph,
+                returns=returns,
+                aliases=dict(aliases or {}),
+                error_example=error_example,
             ),
             replace=replace,
         )

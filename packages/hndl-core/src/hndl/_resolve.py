@@ -176,7 +176,7 @@ def resolve_op(node: Node, qualname: str, problems: ProblemList) -> OpDef | None
             f"unknown op {excerpt(node.op)}",
             node=qualname,
             location=node.where("op"),
-            hint=suggestion(node.op, registry.names()) or "`hndl ops` lists the ops",
+            hint=registry.unknown_op_hint(node.op) or "`hndl ops` lists the ops",
         )
     return opdef
 

@@ -9,12 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
-from ._errors import HndlError, Problem, ProblemList
+from ._errors import ProblemList
+from ._flow_yaml import flow_yaml
 from ._graph import Graph
-from ._yaml_reader import CORE_RESOLVERS, STR
-from .naming import excerpt
+from .naming import NAME_RE, excerpt
 
 __all__ = ["FORMAT_VERSION", "NODE_KEYS", "dumps", "flow_yaml"]
 
@@ -22,74 +20,18 @@ __all__ = ["FORMAT_VERSION", "NODE_KEYS", "dumps", "flow_yaml"]
 FORMAT_VERSION = 1
 
 #: The keys of a spec node that are not parameters of its op.
-NODE_KEYS = ("op", "in", "tie", "when")
+NODE_KEYS = ("op", "in", "tie", "when", "otherwise")
 
 # YAML limits an implicit ("simple") key to 1024 characters; a longer name is written as an explicit key.
 _LONGEST_SIMPLE_KEY = 1000
-
-
-class _Dumper(yaml.SafeDumper):
-    """Writes scalars so that both YAML 1.2 (hndl) and YAML 1.1 (``yaml.safe_load``) read them back the same:
-    a string that either schema would take for a number, boolean or null is quoted."""
-
-
-# SafeDumper already quotes what YAML 1.1 would resolve; adding the 1.2 core resolvers quotes the rest.
-for _tag, _regexp, _first in CORE_RESOLVERS:
-    _Dumper.add_implicit_resolver(_tag, _regexp, _first)
-
-
-def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    # Line breaks and control characters are written escaped in double quotes, so every value stays on one line.
-    style = '"' if any(not ch.isprintable() for ch in value) else None
-    return dumper.represent_scalar(STR, value, style=style)
-
-
-_Dumper.add_representer(str, _represent_str)
-
-
-def flow_yaml(value: Any) -> str:
-    """``value`` (plain data: mappings, lists, strings, numbers, booleans, None) as one line of flow YAML.
-
-    This is how :func:`dumps` writes every input and node (``{op: linear, in: x, out_features: 512}``).
-    Strings that YAML 1.1 or 1.2 would read as another type are quoted; strings with line breaks or control
-    characters are double-quoted with escapes; tuples are written as lists.
-
-    Raises:
-        HndlError: E_SPEC for a value that is not plain data.
-    """
-    try:
-        text = yaml.dump(
-            _lists(value),
-            Dumper=_Dumper,
-            default_flow_style=True,
-            sort_keys=False,
-            allow_unicode=True,
-            width=2**31 - 1,
-            explicit_end=False,
-        )
-    except yaml.YAMLError:
-        raise HndlError(Problem("E_SPEC", f"{type(value).__name__} {excerpt(value)} is not plain data")) from None
-    except ValueError:  # Python cannot write an integer of more than 4,300 digits as text
-        raise HndlError(
-            Problem("E_SPEC", f"{excerpt(value)} holds an integer of more than 4,300 digits, which cannot be written")
-        ) from None
-    # A lone scalar is written as a document ("x\n...\n"); keep only the value.
-    return text.removesuffix("\n...\n").rstrip("\n")
-
-
-def _lists(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return [_lists(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: _lists(v) for k, v in value.items()}
-    return value
 
 
 def dumps(graph: Graph) -> str:
     """Write ``graph`` as spec text (YAML), deterministically.
 
     Keys come in a fixed order (``hndl``, ``name``, ``inputs``, ``nodes``, ``outputs``, ``graphs``), nodes
-    in the graph's order, one node per line. Parameters are written as they were given: inferred ones
+    in the graph's order, one node per line. Outputs are a list of references, or, when one has a name or a
+    contract, a mapping of name to reference or ``{from, shape, dtype}``. Parameters are written as they were given: inferred ones
     (``in_features``) stay out unless the graph states them. ``loads(dumps(g))`` builds the same model as
     ``g`` (same modules, parameter names and shapes).
 
@@ -131,6 +73,8 @@ def _graph_lines(graph: Graph, indent: str, problems: ProblemList) -> list[str]:
             entry["tie"] = dict(node.tie)
         if node.when is not True:
             entry["when"] = node.when
+        if node.otherwise is not None:
+            entry["otherwise"] = node.otherwise
         for key, value in node.params.items():
             if key in NODE_KEYS or not isinstance(key, str):
                 problems.add(
@@ -148,8 +92,43 @@ def _graph_lines(graph: Graph, indent: str, problems: ProblemList) -> list[str]:
                 continue
             entry[key] = plain
         lines += _entry(f"{indent}  ", name, flow_yaml(entry))
-    lines.append(f"{indent}outputs: {flow_yaml(list(graph.outputs))}")
+    named = _named_outputs(graph)
+    if named is None:
+        lines.append(f"{indent}outputs: {flow_yaml(list(graph.outputs))}")
+    else:
+        lines.append(f"{indent}outputs:")
+        for name, value in named.items():
+            lines += _entry(f"{indent}  ", name, flow_yaml(value))
     return lines
+
+
+def _named_outputs(graph: Graph) -> dict[str, Any] | None:
+    """The outputs as ``{name: ref or {from, shape, dtype}}`` when one has a name or a contract, else ``None``
+    (the list form). An output without a name takes its reference's, or ``output_<i>`` when that is not a name
+    or is taken."""
+    specs = [graph.output_specs[i] if i < len(graph.output_specs) else None for i in range(len(graph.outputs))]
+    if not any(spec is not None and (spec.name is not None or spec.declares) for spec in specs):
+        return None
+    taken = {spec.name for spec in specs if spec is not None and spec.name is not None}
+    out: dict[str, Any] = {}
+    for i, (ref, spec) in enumerate(zip(graph.outputs, specs)):
+        name = spec.name if spec is not None else None
+        if name is None:
+            candidate = ref.replace(".", "_")
+            name = candidate if NAME_RE.match(candidate) and candidate not in taken else f"output_{i}"
+            while name in taken:
+                name = f"_{name}"
+            taken.add(name)
+        if spec is None or not spec.declares:
+            out[name] = ref
+            continue
+        value: dict[str, Any] = {"from": ref}
+        if spec.shape is not None:
+            value["shape"] = spec.shape.to_spec()
+        if spec.dtype is not None:
+            value["dtype"] = spec.dtype
+        out[name] = value
+    return out
 
 
 def _entry(indent: str, key: str, value: str) -> list[str]:

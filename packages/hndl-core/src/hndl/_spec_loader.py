@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._contracts import Contract
+from ._contracts import Contract, ShapePattern, parse_dtype_rule
 from ._errors import HndlError, Problem, ProblemList
-from ._graph import NAME_RE, Graph
+from ._graph import Graph
 from ._graph_params import is_reference
 from ._spec_dumper import FORMAT_VERSION, NODE_KEYS, flow_yaml
 from ._yaml_reader import MAX_TEXT, Located, describe, read_yaml
-from .naming import excerpt, printable, suggestion
+from .naming import NAME_RE, excerpt, printable, suggestion
 
 __all__ = ["load", "loads"]
 
@@ -28,6 +28,9 @@ ROOT_KEYS = ("hndl", "name", "params", "inputs", "nodes", "outputs", "graphs")
 SUBGRAPH_KEYS = ("params", "inputs", "nodes", "outputs")
 REQUIRED_KEYS = ("inputs", "nodes", "outputs")
 INPUT_KEYS = ("shape", "dtype", "device")
+#: The keys of a named output (``outputs: {logits: {from: head, shape: [B, 10]}}``): what it returns, and its contract
+#: in the words an input's contract uses.
+OUTPUT_KEYS = ("from", "shape", "dtype")
 
 _TEXT_LABEL = "<string>"
 _MISSING_HINTS = {
@@ -47,7 +50,9 @@ def load(path: str | os.PathLike[str], *, allow_imports: bool = False) -> Graph:
     service that receives text can never be made to read a local file because the text named one.
 
     Args:
-        path: the file, as ``str`` or ``os.PathLike``; ``"zoo:NAME"`` is the zoo entry (:func:`hndl.zoo.get`).
+        path: the file, as ``str`` or ``os.PathLike``. (``hndl.load`` also takes ``"zoo:NAME"``, which it sends to
+            :func:`hndl.zoo.get` before it gets here: the zoo is built on this loader, so the loader does not
+            import it.)
         allow_imports: whether the graph may use op ``module``, which imports a Python class by name when the
             model is built. Leave it off for files you did not write.
 
@@ -60,10 +65,6 @@ def load(path: str | os.PathLike[str], *, allow_imports: bool = False) -> Graph:
         HndlError: E_SPEC for a path that names no file or cannot be read, text passed instead of a path, and
             every problem with the spec's structure (see :func:`loads`).
     """
-    if isinstance(path, str) and path.startswith("zoo:"):  # a model zoo entry (hndl.zoo), not a file
-        from .zoo import get
-
-        return get(path)
     file = _path_of(path)
     try:
         # At most one byte past the limit: enough to know the file is too long, and /dev/zero ends too.
@@ -148,12 +149,17 @@ def _open_file(file: str) -> Any:
         raise
 
 
+def looks_like_text(path: str) -> bool:
+    """Whether a string given as a path is plainly spec text: a line break, or a leading ``{`` or ``hndl:``."""
+    return "\n" in path or "\r" in path or path.lstrip().startswith(("{", "hndl:"))
+
+
 def _path_of(path: Any) -> str:
     """The file name :func:`load` reads, or an E_SPEC for something that is not a path."""
     if isinstance(path, os.PathLike):
         return os.fsdecode(os.fspath(path))
     if isinstance(path, str):
-        if "\n" in path or "\r" in path or path.lstrip().startswith(("{", "hndl:")):
+        if looks_like_text(path):
             raise HndlError(Problem("E_SPEC", "hndl.load was given spec text, not a path", hint=_LOADS_HINT))
         return path
     hint = _LOADS_HINT if isinstance(path, (bytes, bytearray)) else None
@@ -565,8 +571,25 @@ class _SpecBuilder:
                 op=named_op,
             )
             return
+        otherwise = fields.get("otherwise")
+        if otherwise is not None and not isinstance(otherwise.value, str):
+            self.add(
+                "E_SPEC",
+                f"'otherwise' must name one of the node's inputs, got {describe(otherwise.value)}",
+                otherwise.loc,
+                node=name,
+                op=named_op,
+            )
+            return
         try:
-            graph.add(named_op, refs, name=name, tie=tie, when=True if when is None else when.value)
+            graph.add(
+                named_op,
+                refs,
+                name=name,
+                tie=tie,
+                when=True if when is None else when.value,
+                otherwise=None if otherwise is None else otherwise.value,
+            )
         except HndlError as exc:
             for p in exc.problems:
                 self.add(p.code, p.message, loc, node=name, hint=p.hint)
@@ -625,12 +648,18 @@ class _SpecBuilder:
         return [i.value for i in items]
 
     def _outputs(self, graph: Graph, entry: Located, what: str) -> None:
+        """A list of references (``[out]``, or one reference), or a mapping of output name to a reference or to
+        ``{from: ref, shape: [...], dtype: ...}``: a named output with its contract."""
+        if isinstance(entry.value, dict):
+            self._named_outputs(graph, entry, what)
+            return
         if not isinstance(entry.value, (list, str)):
             self.add(
                 "E_SPEC",
-                f"'outputs' of {what} must be a list of references, got {describe(entry.value)}",
+                f"'outputs' of {what} must be a list of references, or a mapping of output name to a reference or "
+                f"{{from: ..., shape: [...]}}, got {describe(entry.value)}",
                 entry.loc,
-                hint="e.g. outputs: [out]",
+                hint="e.g. outputs: [out], or outputs: {logits: {from: out, shape: [B, 10]}}",
             )
             return
         # A single reference is accepted as a one-item list.
@@ -644,7 +673,113 @@ class _SpecBuilder:
                     f"output {i} of {what} must be a reference (an input or node name, or node.port), "
                     f"got {describe(item.value)}",
                     item.loc,
+                    hint="a named output with a contract goes in a mapping: outputs: {logits: {from: out, shape: [B, 10]}}"
+                    if isinstance(item.value, dict)
+                    else None,
                 )
                 continue
             graph.output(item.value)
             graph.output_locations[-1] = item.loc
+
+    def _named_outputs(self, graph: Graph, entry: Located, what: str) -> None:
+        self._duplicate_names(entry, "output")
+        for name, spec in entry.value.items():
+            loc = entry.keys[name]
+            if not self._name_ok(name, "output", loc) or spec.failed:
+                continue
+            self._duplicates(spec, node=name, op="output")
+            if isinstance(spec.value, str):  # a name for a reference, no contract
+                self._output(graph, name, spec.value, spec.loc, None, None)
+                continue
+            if not isinstance(spec.value, dict):
+                self.add(
+                    "E_SPEC",
+                    f"an output must be a reference or a mapping such as {{from: out, shape: [B, 10]}}, "
+                    f"got {describe(spec.value)}",
+                    spec.loc,
+                    node=name,
+                    op="output",
+                )
+                continue
+            ok = spec.ok
+            for key, key_at in spec.keys.items():
+                if key not in OUTPUT_KEYS:
+                    hint = suggestion(key, OUTPUT_KEYS) or "an output takes: from, shape, dtype"
+                    self.add("E_SPEC", f"unknown key {excerpt(key)}", key_at, node=name, op="output", hint=hint)
+                    ok = False
+            ref = spec.value.get("from")
+            if ref is None:
+                self.add(
+                    "E_SPEC",
+                    "missing key 'from'",
+                    loc,
+                    node=name,
+                    op="output",
+                    hint="add from: <the node whose value this output returns>",
+                )
+                continue
+            if not ref.failed and not isinstance(ref.value, str):
+                self.add(
+                    "E_SPEC",
+                    f"'from' must be a reference (an input or node name, or node.port), got {describe(ref.value)}",
+                    ref.loc,
+                    node=name,
+                    op="output",
+                )
+                ok = False
+            shape, dtype = spec.value.get("shape"), spec.value.get("dtype")
+            # Each key of the contract on its own, so that a problem is reported at the key it is about.
+            for key, make in (("shape", ShapePattern.parse), ("dtype", parse_dtype_rule)):
+                part = spec.value.get(key)
+                if part is None:
+                    continue
+                if part.failed:  # reported where it was read
+                    ok = False
+                    continue
+                if key == "dtype" and part.value is None:  # dtype: null declares none
+                    continue
+                if key == "shape" and not isinstance(part.value, list):
+                    self.add(
+                        "E_SPEC",
+                        f"'shape' must be a list such as [B, 10], got {describe(part.value)}",
+                        part.loc,
+                        node=name,
+                        op="output",
+                    )
+                    ok = False
+                    continue
+                try:
+                    make(part.plain())
+                except ValueError as exc:
+                    self.add("E_SPEC", _bounded(str(exc)), part.loc, node=name, op="output")
+                    ok = False
+            if ok:
+                self._output(
+                    graph,
+                    name,
+                    ref.value,
+                    ref.loc,
+                    None if shape is None else shape.plain(),
+                    None if dtype is None else dtype.value,
+                    declared_at=loc,
+                )
+
+    def _output(
+        self,
+        graph: Graph,
+        name: str,
+        ref: str,
+        loc: str,
+        shape: Any,
+        dtype: Any,
+        *,
+        declared_at: str | None = None,
+    ) -> None:
+        try:
+            graph.output(ref, name, shape=shape, dtype=dtype)
+        except HndlError as exc:
+            for p in exc.problems:
+                self.add(p.code, p.message, declared_at or loc, node=name, op="output", hint=p.hint)
+            return
+        graph.output_locations[-1] = loc
+        graph.output_specs[-1].location = declared_at or loc

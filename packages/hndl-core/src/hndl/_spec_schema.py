@@ -13,10 +13,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._contracts import DTYPE_CATEGORIES, DTYPES
-from ._graph import NAME_RE
 from ._registry import OpDef, registry
 from ._spec_dumper import FORMAT_VERSION, NODE_KEYS
-from ._spec_loader import REQUIRED_KEYS
+from ._spec_loader import OUTPUT_KEYS, REQUIRED_KEYS
+from .naming import NAME_RE
 
 __all__ = ["NAME_PATTERN", "SCHEMA_ID", "spec_schema"]
 
@@ -60,8 +60,18 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
             "propertyNames": {"$ref": "#/$defs/name"},
         },
         "outputs": {
-            "description": "the graph's outputs, in order: a reference, or a list of references",
-            **refs,
+            "description": (
+                "the graph's outputs, in order: a reference, a list of references, or a mapping of output name to "
+                "a reference or to {from, shape, dtype} (a named output with its contract)"
+            ),
+            "anyOf": [
+                *refs["anyOf"],
+                {
+                    "type": "object",
+                    "propertyNames": {"$ref": "#/$defs/name"},
+                    "additionalProperties": {"anyOf": [{"$ref": "#/$defs/ref"}, {"$ref": "#/$defs/output"}]},
+                },
+            ],
         },
     }
     # A graph that declares parameters may write '$name' for any parameter value of its nodes.
@@ -93,6 +103,10 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
         "when": {
             "description": "whether the node exists: true, false, or '$name' of a bool graph parameter",
             "anyOf": [{"type": "boolean"}, {"$ref": "#/$defs/param_ref"}],
+        },
+        "otherwise": {
+            "description": "the input a node left out by 'when' passes through (one of its inputs)",
+            "type": "string",
         },
     }
     input_keys = {
@@ -135,6 +149,17 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
                 "type": "object",
                 "properties": input_keys,
                 "required": ["shape"],
+                "additionalProperties": False,
+            },
+            "output": {
+                "description": "a named output: the value it returns and its contract, in an input's words",
+                "type": "object",
+                "properties": {
+                    "from": {"description": "the value the output returns", "$ref": "#/$defs/ref"},
+                    "shape": {"$ref": "#/$defs/shape"},
+                    "dtype": {"anyOf": [{"$ref": "#/$defs/dtype"}, {"type": "null"}]},
+                },
+                "required": list(OUTPUT_KEYS[:1]),
                 "additionalProperties": False,
             },
             "graph": {

@@ -1,7 +1,7 @@
 """The summary of a model: one row per node, and totals, as data that prints as a table.
 
-:func:`summary` takes a :class:`~hndl.Graph` (built on PyTorch's meta device, which allocates nothing) or a
-built :class:`~hndl.torch.GraphModule` (its live layers: a frozen parameter counts as non-trainable). Shapes,
+:func:`summary` takes a built :class:`~hndl.torch.GraphModule` (its live layers: a frozen parameter counts as
+non-trainable); :func:`hndl.summary` builds a :class:`~hndl.Graph` on PyTorch's meta device first. Shapes,
 multiply-adds and activation memory come from the checked types (``_costs``), symbolic over the graph inputs'
 dims until the caller binds them (``summary(model, B=8)``). Parameters and buffers come from the layers, each
 tensor counted once however many names it has (tied weights).
@@ -9,22 +9,21 @@ tensor counted once however many names it has (tied weights).
 
 from __future__ import annotations
 
-import dataclasses
 import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import _costs
-from ._check import CheckedGraph, CheckedNode, check, meta_build_problem, repetition_inputs
+from ._check import CheckedGraph, CheckedNode, repetition_inputs
 from ._contracts import Variadic, format_shape
 from ._dim_factor import factored_text
 from ._dims import Dim, dim_add, free_symbols, substitute
 from ._errors import HndlError, Problem
-from ._graph import Graph
+from ._hints import shape_fix
 from .naming import excerpt, printable, suggestion
 
-__all__ = ["Summary", "SummaryRow", "build_on_meta", "summary"]
+__all__ = ["Summary", "SummaryRow", "summary"]
 
 WIDTH = 100  # the table fits a terminal this wide
 
@@ -47,6 +46,9 @@ class SummaryRow:
             strided output sizes as factors (``9408*B*((H-1)//2+1)*((W-1)//2+1)``); ``None`` when hndl cannot
             know them (op ``module``).
         depth: 1 for a node of the top graph, 2 inside a subgraph node, ...
+        tied: the node's parameters that an earlier row already counted (tied weights), each as
+            ``"weight = wte.weight"``; ``params`` and ``trainable`` leave them out, so the rows add up to the
+            totals.
     """
 
     name: str
@@ -58,6 +60,7 @@ class SummaryRow:
     trainable: int
     macs: int | str | None
     depth: int
+    tied: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class Summary:
         uncounted: nodes whose multiply-adds hndl cannot know (op ``module``); ``macs`` leaves them out.
         activation_bytes: the bytes of every node's outputs for one forward pass (what training keeps for the
             backward pass, at most), ``int`` or expression text like ``macs``.
+        unbound: the inputs' symbols the caller did not bind (the counts stay expressions in them), sorted.
     """
 
     name: str
@@ -93,6 +97,7 @@ class Summary:
     macs: int | str
     uncounted: tuple[str, ...]
     activation_bytes: int | str
+    unbound: tuple[str, ...] = ()
 
     @property
     def total_params(self) -> int:
@@ -131,7 +136,7 @@ class Summary:
                 f"{row.op} ({row.layer})" if row.layer else row.op,
                 ", ".join(row.inputs),
                 ", ".join(row.output_shapes),
-                f"{row.params:,}",
+                f"{row.params:,}" + (" (tied)" if row.tied else ""),
                 _amount(row.macs),
             )
             for row in self.rows
@@ -140,9 +145,11 @@ class Summary:
         table = _table(header, cells, right=(4, 5), expressions=(5,), width=width)
         uncounted = f" (without {', '.join(self.uncounted)})" if self.uncounted else ""
         label = 13  # the totals' values start in this column; a long one wraps under its label
+        ties = [f"{row.name}.{tie}" for row in self.rows for tie in row.tied]
         tail = [
             f"params:      {self.total_params:,} (trainable {self.trainable_params:,}, "
             f"non-trainable {self.non_trainable_params:,})",
+            *(["tied:        " + "; ".join(ties) + " (counted once, in the first row that has it)"] if ties else []),
             f"buffers:     {self.buffer_elements:,} elements",
             f"size:        {self.size_mb:,.2f} MB of parameters and buffers",
         ]
@@ -164,8 +171,19 @@ class Summary:
             elif after:
                 lines += textwrap.wrap(after.strip(), width - label)
             tail += [(name if i == 0 else "").ljust(label) + line for i, line in enumerate(lines)]
-        if not self.dims and (isinstance(self.macs, str) or isinstance(self.activation_bytes, str)):
-            tail += textwrap.wrap("(give dims for numbers: summary(model, B=8) or hndl summary FILE --dims B=8)", width)
+        if self.unbound and (isinstance(self.macs, str) or isinstance(self.activation_bytes, str)):
+            given = [f"{k}={v}" for k, v in self.dims.items()]
+            wanted = [*given, *(f"{name}=..." for name in self.unbound)]
+            names = " and ".join(
+                [", ".join(self.unbound[:-1]), self.unbound[-1]] if len(self.unbound) > 1 else self.unbound
+            )
+            tail += textwrap.wrap(
+                f"({names} {'is' if len(self.unbound) == 1 else 'are'} not bound: give "
+                f"{'its size' if len(self.unbound) == 1 else 'their sizes'} for numbers, summary(model, "
+                f"{', '.join(wanted)}) or hndl summary FILE --dims {','.join(wanted)}; or the inputs' sizes, "
+                "input_size=(...) or --input-size)",
+                width,
+            )
         return [printable(line) for line in head] + [printable(line) for line in table + tail]
 
     def __str__(self) -> str:
@@ -175,34 +193,45 @@ class Summary:
         p.text(str(self))
 
 
-def summary(source: Any, *, depth: int | None = None, **dims: int) -> Summary:
-    """The :class:`Summary` of a :class:`~hndl.Graph` or a built :class:`~hndl.torch.GraphModule`.
+def summary(
+    source: Any,
+    *,
+    depth: int | None = None,
+    input_size: Any = None,
+    **dims: int,
+) -> Summary:
+    """The :class:`Summary` of a built :class:`~hndl.torch.GraphModule`; :func:`hndl.summary` builds a
+    :class:`~hndl.Graph` on the meta device first (this module reads a built model and imports no torch, so that
+    ``GraphModule.summary`` can call it without an import cycle).
 
     Args:
-        source: a graph (checked, then built on the meta device) or a built model (its live layers).
+        source: a built model (its live layers).
         depth: show subgraph nodes deeper than this collapsed to one row with their subtotals (``1``: one row
             per node of the top graph); ``None`` shows every leaf.
+        input_size: the inputs' sizes, as torchinfo takes them: ``(8, 3, 224, 224)`` for one input, a list of
+            such tuples for several (in the graph's input order); the symbols of the inputs' contracts are bound
+            from them (``B=8, H=224, W=224``).
         **dims: sizes of the graph inputs' symbols (``B=8, T=128``); shapes, multiply-adds and activation
             memory of unbound symbols stay expressions.
 
     Raises:
-        HndlError: E_INPUT for a dim the graph does not have or a size that is not a positive int; whatever
-            checking or building the graph raises.
+        HndlError: E_INPUT for a dim the graph does not have, a size that is not a positive int, or an
+            ``input_size`` that does not fit the inputs' contracts (with the edit that would make it fit).
     """
     model = source if hasattr(source, "plan") and hasattr(source, "node_module") else None
     if model is None:
-        if not isinstance(source, Graph):
-            raise HndlError(
-                Problem(
-                    "E_INPUT",
-                    f"summary() takes a hndl.Graph or a built GraphModule, not {type(source).__name__}",
-                    hint="load a spec file with hndl.load(path), or build one with hndl.build(graph)",
-                )
+        raise HndlError(
+            Problem(
+                "E_INPUT",
+                f"summary() takes a hndl.Graph or a built GraphModule, not {type(source).__name__}",
+                hint="load a spec file with hndl.load(path), or build one with hndl.build(graph)",
             )
-        model = build_on_meta(source)
+        )
     checked: CheckedGraph = model.plan.checked
     if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool) or depth < 1):
         raise HndlError(Problem("E_INPUT", f"depth must be an int >= 1, not {excerpt(depth)}"))
+    if input_size is not None:
+        dims = {**_dims_from_sizes(checked, input_size, dims), **dims}
     env = _bind(checked, dims)
     maker = _RowMaker(model, env, depth)
     rows = tuple(maker.rows(checked, {v: n for n, v in zip(checked.input_names, checked.input_ids)}, 1))
@@ -210,10 +239,11 @@ def summary(source: Any, *, depth: int | None = None, **dims: int) -> Summary:
     buffers = {id(b): b for b in model.buffers()}.values()
     trainable = sum(p.numel() for p in params if p.requires_grad)
     macs, activations = maker.total_macs, maker.total_bytes
+    graph = checked.graph
     return Summary(
-        name=checked.graph.name,
+        name=graph.name,
         inputs={n: _shape(checked.types[v].shape, env) for n, v in zip(checked.input_names, checked.input_ids)},
-        outputs={str(ref): _shape(t.shape, env) for ref, t in zip(checked.graph.outputs, checked.output_types)},
+        outputs={graph.output_name(i): _shape(t.shape, env) for i, t in enumerate(checked.output_types)},
         dims=dict(dims),
         rows=rows,
         trainable_params=trainable,
@@ -224,41 +254,61 @@ def summary(source: Any, *, depth: int | None = None, **dims: int) -> Summary:
         macs=_value(macs, env) if macs is not None else "unknown",
         uncounted=tuple(maker.uncounted),
         activation_bytes=_value(activations, env) if activations is not None else "unknown",
+        unbound=tuple(sorted(_input_symbols(checked) - dims.keys())),
     )
 
 
-_META_HINT = "hndl builds the model on PyTorch's meta device, which allocates no memory; the layer failed there"
-
-
-def build_on_meta(graph: Graph) -> Any:
-    """Build ``graph`` on PyTorch's ``meta`` device: the layers' constructors run and parameters get their
-    shapes, but no memory is allocated, so a model with billions of parameters is as quick as a small one and a
-    hostile spec cannot make hndl allocate gigabytes. A layer that fails there is reported as failing there
-    (there is no retry with a real build).
-    """
-    import torch
-
-    from .torch import build_module
-
-    checked = check(graph)  # static problems are raised as they are: only the build below runs on the meta device
-    too_large = meta_build_problem(checked)
-    if too_large is not None:
-        raise HndlError(too_large)
-    try:
-        with torch.device("meta"):
-            return build_module(graph, checked)
-    except HndlError as exc:
-        # The graph checked, so these are the layers' own constructors failing; say where they ran.
-        problems = [p if p.hint else dataclasses.replace(p, hint=_META_HINT) for p in exc.problems]
-        raise HndlError(problems, title=exc.title) from exc
-    except Exception as exc:
+def _dims_from_sizes(checked: CheckedGraph, input_size: Any, dims: Mapping[str, Any]) -> dict[str, int]:
+    """The symbols the inputs' contracts bind when the inputs have these sizes (torchinfo's ``input_size``):
+    each size matched against its input's contract as a call's tensor would be; a size that does not fit is
+    E_INPUT with the edit that would make it fit. A variadic entry (``*batch``) binds nothing a summary shows."""
+    sizes: list[Any] = list(input_size) if isinstance(input_size, (list, tuple)) else [input_size]
+    several = bool(sizes) and all(isinstance(item, (list, tuple)) for item in sizes)
+    per_input: list[tuple[Any, ...]] = [tuple(item) for item in sizes] if several else [tuple(sizes)]
+    names = checked.input_names
+    if len(per_input) != len(names) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for size in per_input for d in size
+    ):
+        form = ", ".join(f"{n} {c.shape}" for n, c in zip(names, checked.contracts))
         raise HndlError(
             Problem(
-                "E_PARAM",
-                f"the model could not be built on PyTorch's meta device: {type(exc).__name__}: {excerpt(str(exc))}",
-                hint="hndl builds on the meta device to count parameters, so that it allocates no memory",
+                "E_INPUT",
+                f"input_size must give {len(names)} size{'s' if len(names) != 1 else ''} of ints, one per input "
+                f"({form}), not {excerpt(input_size)}",
+                hint="input_size=(8, 3, 224, 224) for one input, [(8, 128), (8, 128)] for two",
             )
-        ) from exc
+        )
+    env: dict[str, Any] = {k: v for k, v in dims.items() if isinstance(v, int)}
+    for name, contract, size in zip(names, checked.contracts, per_input):
+        before = dict(env)
+        reason = contract.shape.match(size, env, strict=True)
+        if reason:
+            fix = shape_fix(contract.shape, size, before)
+            raise HndlError(
+                Problem(
+                    "E_INPUT",
+                    f"input_size {format_shape(size)} does not fit: {reason}",
+                    node=name,
+                    op="input",
+                    expected=str(contract.shape),
+                    actual=format_shape(size),
+                    bindings=before or None,
+                    hint=None
+                    if fix is None
+                    else f"give it as {tuple(fix.result)}" + (f" ({fix.why})" if fix.why else ""),
+                )
+            )
+    return {k: v for k, v in env.items() if isinstance(v, int)}
+
+
+def _input_symbols(checked: CheckedGraph) -> set[str]:
+    """The symbols of the graph inputs' shapes (what ``dims`` may bind)."""
+    symbols: set[str] = set()
+    for v in checked.input_ids:
+        for d in checked.types[v].shape or ():
+            if not isinstance(d, Variadic):
+                symbols |= free_symbols(d)
+    return symbols
 
 
 # --- rows ---------------------------------------------------------------------------------------------------
@@ -274,6 +324,7 @@ class _RowMaker:
         self.total_macs: Dim | None = 0
         self.total_bytes: Dim | None = 0
         self.uncounted: list[str] = []
+        self.counted: dict[int, str] = {}  # id of each parameter a row counted -> its qualified name there
 
     def rows(self, cg: CheckedGraph, labels: dict[str, str], level: int) -> Iterator[SummaryRow]:
         """``cg``'s rows; ``labels`` maps each value id to what the table calls its producer, and gets the
@@ -292,7 +343,7 @@ class _RowMaker:
             labels.update(self._output_labels(node))
             macs, _size = self._costs(node)
             module = self.model.node_module(node.path)
-            params = {id(p): p for p in module.parameters()}.values() if module is not None else ()
+            params, tied = self._own_parameters(node.qualname, module)
             yield SummaryRow(
                 name=node.qualname,
                 op=node.op,
@@ -303,7 +354,24 @@ class _RowMaker:
                 trainable=sum(p.numel() for p in params if p.requires_grad),
                 macs=None if macs is None else _value(macs, self.env),
                 depth=level,
+                tied=tied,
             )
+
+    def _own_parameters(self, row: str, module: Any) -> tuple[list[Any], tuple[str, ...]]:
+        """The parameters ``row`` counts (each tensor once, in the first row that has it), and the ones an
+        earlier row counted, as ``"weight = wte.weight"``."""
+        if module is None:
+            return [], ()
+        own: list[Any] = []
+        tied: list[str] = []
+        for local, p in module.named_parameters(remove_duplicate=False):
+            first = self.counted.get(id(p))
+            if first is None:
+                self.counted[id(p)] = f"{row}.{local}"
+                own.append(p)
+            elif not first.startswith(f"{row}."):  # the same tensor twice within one layer is one parameter
+                tied.append(f"{local} = {first}")
+        return own, tuple(tied)
 
     def _costs(self, node: CheckedNode) -> tuple[Dim | None, Dim | None]:
         """A node's multiply-adds and output bytes (a subgraph node's: its leaves'), added to the totals."""
@@ -354,11 +422,7 @@ def _layer(node: CheckedNode, module: Any) -> str:
 
 def _bind(checked: CheckedGraph, dims: Mapping[str, Any]) -> dict[str, int]:
     """The caller's dims, checked against the symbols of the graph's inputs."""
-    symbols: set[str] = set()
-    for v in checked.input_ids:
-        for d in checked.types[v].shape or ():
-            if not isinstance(d, Variadic):
-                symbols |= free_symbols(d)
+    symbols = _input_symbols(checked)
     problems = []
     for name, size in dims.items():
         if name not in symbols:

@@ -4,8 +4,10 @@
 
     hndl check FILE|DIR...            every problem in every file, as file:line:col: CODE op 'node': message
     hndl summary FILE [--dims B=8]    one row per node: op and layer, inputs, shapes, parameters, MACs; totals
-    hndl draw FILE -o OUT             a picture: .svg or .png (Graphviz), .dot or .mmd (text)
+                 [--input-size 8,3,224,224]  (the symbols bound from the inputs' sizes instead)
+    hndl draw FILE -o OUT [--dpi N]   a picture: .svg or .png (Graphviz's dot; PNG at 300 dpi), .dot or .mmd
     hndl ops [NAME]                   the ops (name and summary), or one op: parameters, ports, shape rule
+    hndl import REF --input SIZES     an nn.Module (package.module:name) as a spec file (hndl.from_module)
 
 FILE may be ``-`` (the spec on stdin) or ``zoo:NAME`` (a model of ``hndl.zoo``, when installed). ``check`` never
 imports torch unless asked to build the layers (``--build``), so it answers at once. Also runnable as
@@ -63,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _summary(args, out=out)
         if args.command == "ops":
             return _ops(args.name, out=out)
+        if args.command == "import":
+            return _import(args, out=out)
         return _draw(args, out=out)
     except BrokenPipeError:
         # `hndl summary big.yaml | head`: the reader left; say nothing more, and keep Python from
@@ -84,6 +88,20 @@ def _dims(text: str) -> dict[str, int]:
             raise argparse.ArgumentTypeError(f"{item!r} is not NAME=SIZE (e.g. B=8)")
         dims[name.strip()] = int(value)
     return dims
+
+
+def _size(text: str) -> tuple[int, ...]:
+    """``8,3,224,224`` -> ``(8, 3, 224, 224)``: one input's size (argparse reports the error as a usage error)."""
+    parts = [part.strip() for part in text.replace("x", ",").split(",") if part.strip()]
+    if not parts or not all(part.isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 8,3,224,224")
+    return tuple(int(part) for part in parts)
+
+
+def _dpi(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 2400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a resolution from 1 to 2400 (e.g. 300)")
+    return int(text)
 
 
 def _depth(text: str) -> int:
@@ -132,20 +150,30 @@ def parser() -> argparse.ArgumentParser:
     )
     summary_cmd.add_argument("file", metavar="FILE", help=file_help)
     summary_cmd.add_argument("--dims", type=_dims, default={}, metavar="B=8,...", help=dims_help)
+    summary_cmd.add_argument(
+        "--input-size",
+        type=_size,
+        action="append",
+        metavar="8,3,224,224",
+        help="an input's size, binding the symbols of its shape (torchinfo's input_size); once per input, in order",
+    )
     summary_cmd.add_argument("--depth", type=_depth, default=None, metavar="N", help=depth_help)
     summary_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
 
     draw_cmd = commands.add_parser(
         "draw",
         help="draw the graph as SVG, PNG, DOT or Mermaid",
-        description="Check a spec file and draw its graph: one box per node (op and output shape), the wires, "
-        "subgraph nodes as clusters. The output's suffix picks the format: .svg and .png need Graphviz (the "
-        "graphviz Python package and the dot program); .dot/.gv and .mmd are text and need nothing.",
+        description="Check a spec file and draw its graph: one box per node (op and key settings, output shape, "
+        "parameters), the wires, subgraph nodes as clusters. The output's suffix picks the format: .svg and .png "
+        "need Graphviz's dot program; .dot/.gv and .mmd are text and need nothing.",
     )
     draw_cmd.add_argument("file", metavar="FILE", help=file_help)
     draw_cmd.add_argument("-o", "--output", required=True, metavar="OUT", help="model.svg, .png, .dot, .gv or .mmd")
     draw_cmd.add_argument("--dims", type=_dims, default={}, metavar="B=8,...", help=dims_help)
     draw_cmd.add_argument("--depth", type=_depth, default=None, metavar="N", help=depth_help)
+    draw_cmd.add_argument(
+        "--dpi", type=_dpi, default=None, metavar="N", help="a PNG's resolution (default 300, print quality)"
+    )
     draw_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
 
     ops_cmd = commands.add_parser(
@@ -156,6 +184,13 @@ def parser() -> argparse.ArgumentParser:
         "output ports (shape pattern, dtype rule) and its shape rule, from the registry the checker uses.",
     )
     ops_cmd.add_argument("name", nargs="?", metavar="NAME", help="an op name, e.g. linear")
+
+    # An nn.Module named by a Python reference instead of FILE (hndl.importer): summary/draw take --input.
+    from .importer._cli import add_import_command, add_input_option
+
+    add_input_option(summary_cmd)
+    add_input_option(draw_cmd)
+    add_import_command(commands, _dims)
     return top
 
 
@@ -170,9 +205,14 @@ class _Failed(Exception):
         self.problems = problems
 
 
-def _load(file: str, *, allow_imports: bool) -> Graph:
-    """The graph ``file`` names: a path, ``-`` (stdin) or ``zoo:NAME``. Raises :class:`_Failed`."""
+def _load(file: str, *, allow_imports: bool, args: argparse.Namespace | None = None) -> Graph:
+    """The graph ``file`` names: a path, ``-`` (stdin) or ``zoo:NAME``; with ``--input`` in ``args``, a Python
+    reference to an nn.Module, imported. Raises :class:`_Failed`."""
     try:
+        if args is not None and getattr(args, "input", None):
+            from .importer._cli import import_reference
+
+            return import_reference(file, args.input, args.dims, args.kwargs)[1]
         if file == "-":
             return loads(sys.stdin.read(), allow_imports=allow_imports)
         if file.startswith("zoo:"):
@@ -227,10 +267,10 @@ def _shown(name: str) -> str:
     return text if len(text) <= SHOWN_NAME else text[: SHOWN_NAME - 3] + "..."
 
 
-def _prepare(file: str, *, allow_imports: bool) -> tuple[Graph, Any]:
+def _prepare(file: str, *, allow_imports: bool, args: argparse.Namespace | None = None) -> tuple[Graph, Any]:
     """Load ``file`` and build its model on the meta device; raises :class:`_Failed` with every problem."""
-    graph = _load(file, allow_imports=allow_imports)
-    from ._summary import build_on_meta
+    graph = _load(file, allow_imports=allow_imports, args=args)
+    from .torch._meta import build_on_meta
 
     try:
         return graph, build_on_meta(graph)
@@ -338,9 +378,15 @@ def _summary(args: argparse.Namespace, *, out: IO[str]) -> int:
     from ._summary import summary
 
     try:
-        _, model = _prepare(args.file, allow_imports=args.allow_imports)
+        _, model = _prepare(args.file, allow_imports=args.allow_imports, args=args)
         try:
-            table = summary(model, depth=args.depth, **args.dims)
+            sizes = args.input_size
+            table = summary(
+                model,
+                depth=args.depth,
+                input_size=None if sizes is None else sizes[0] if len(sizes) == 1 else sizes,
+                **args.dims,
+            )
         except DimError as exc:  # the model checked without them: the sizes given make a dim past int64
             raise _Failed([_dims_too_large(args.dims, exc)]) from None
         except HndlError as exc:
@@ -357,9 +403,10 @@ def _draw(args: argparse.Namespace, *, out: IO[str]) -> int:
     from ._draw import draw
 
     try:
-        graph = _load(args.file, allow_imports=args.allow_imports)
+        graph = _load(args.file, allow_imports=args.allow_imports, args=args)
         try:
-            draw(graph, args.output, depth=args.depth, **args.dims)
+            dpi = {} if args.dpi is None else {"dpi": args.dpi}
+            draw(graph, args.output, depth=args.depth, **dpi, **args.dims)
         except DimError as exc:
             raise _Failed([_dims_too_large(args.dims, exc)]) from None
         except HndlError as exc:
@@ -441,6 +488,18 @@ def _columns(header: list[str], rows: list[list[str]]) -> list[str]:
     table = [header, *rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     return ["  " + "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]]).rstrip() for row in table]
+
+
+def _import(args: argparse.Namespace, *, out: IO[str]) -> int:
+    from .importer._cli import run_import
+
+    try:
+        lines = run_import(args)
+    except HndlError as exc:
+        return _fail(_Failed(exc.problems), args.reference, out)
+    for line in lines:
+        _say(line, out)
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

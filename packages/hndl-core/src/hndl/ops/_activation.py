@@ -1,71 +1,75 @@
-"""Elementwise activations (relu, gelu, silu, tanh, sigmoid) and the normalising ones (softmax, log_softmax)."""
+"""Activations, declared as rows: each builds the ``torch.nn`` class of its name with torch's parameters, so a
+layer's settings, ``state_dict`` (``prelu``'s ``weight``) and results are torch's own.
+
+A row holds the op's name, the ``torch.nn`` class, the parameters the class takes (with torch's names and
+defaults, ``inplace`` left out: the fast path decides what may run in place), the docs and, where the class
+constrains its input or parameters beyond "a floating tensor, any shape", the rule that checks it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from .._contracts import TensorType
-from .._registry import Param, Params, Port, op
-from ._common import open_index
+from .._contracts import TensorType, format_shape
+from .._dims import dim_floordiv, format_dim
+from .._registry import InferError, Param, Params, Port, op
+from ._common import open_at, open_index, provably_different
 
-_SAME_IN = [Port("x", ["*shape"])]
-_SAME_OUT = [Port("y", ["*shape"], dtype="same:x")]
-
-
-@op("relu", inputs=_SAME_IN, outputs=_SAME_OUT, module="torch.nn.ReLU", example={"op": "relu"})
-def relu(p: Params, inputs: Sequence[TensorType]) -> Any:
-    """Rectified linear unit, ``max(x, 0)``, elementwise."""
-    import torch
-
-    return torch.nn.ReLU()
+InferFn = Callable[[Params, Sequence[TensorType]], list[TensorType]]
 
 
-@op(
-    "gelu",
-    params=[
-        Param(
-            "approximate",
-            "str",
-            default="none",
-            choices=("none", "tanh"),
-            doc="'none' for the exact erf form, 'tanh' for the tanh approximation (GPT-2)",
+@dataclass(frozen=True)
+class Activation:
+    """One activation op.
+
+    Attributes:
+        name: the op's name.
+        cls: the ``torch.nn`` class it builds, with the op's parameters as keyword arguments.
+        doc: the op's documentation; its first line is the summary.
+        params: the class's parameters (torch's names and defaults), ``inplace`` left out.
+        example: the docs example's parameters.
+        infer: a shape rule for classes that change the shape or constrain it (``glu``, ``prelu``); the rest
+            keep the input's type.
+        inference: the rule in words, for the docs.
+        error_example: a node the op refuses (:attr:`hndl.OpDef.error_example`); the default is an integer
+            input.
+        aliases: other libraries' names for it (:attr:`hndl.OpDef.aliases`).
+    """
+
+    name: str
+    cls: str
+    doc: str
+    params: tuple[Param, ...] = ()
+    example: Mapping[str, Any] = field(default_factory=dict)
+    infer: InferFn | None = None
+    inference: str = ""
+    error_example: Mapping[str, Any] | None = None
+    aliases: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+_INT_INPUT = {"inputs": [{"shape": ["B", 8], "dtype": "int64"}]}
+
+
+def _hardtanh_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    if not p.max_val > p.min_val:
+        raise InferError(
+            f"max_val ({p.max_val}) must be greater than min_val ({p.min_val})",
+            code="E_PARAM",
+            param="max_val",
+            expected=f"> {p.min_val}",
+            actual=p.max_val,
         )
-    ],
-    inputs=_SAME_IN,
-    outputs=_SAME_OUT,
-    module="torch.nn.GELU",
-    example={"op": "gelu", "approximate": "tanh"},
-)
-def gelu(p: Params, inputs: Sequence[TensorType]) -> Any:
-    """Gaussian error linear unit, ``x * Phi(x)``, elementwise."""
-    import torch
-
-    return torch.nn.GELU(approximate=p.approximate)
+    return [inputs[0]]
 
 
-@op("silu", inputs=_SAME_IN, outputs=_SAME_OUT, module="torch.nn.SiLU", example={"op": "silu"})
-def silu(p: Params, inputs: Sequence[TensorType]) -> Any:
-    """Sigmoid linear unit (swish), ``x * sigmoid(x)``, elementwise."""
-    import torch
-
-    return torch.nn.SiLU()
-
-
-@op("tanh", inputs=_SAME_IN, outputs=_SAME_OUT, module="torch.nn.Tanh", example={"op": "tanh"})
-def tanh(p: Params, inputs: Sequence[TensorType]) -> Any:
-    """Hyperbolic tangent, elementwise."""
-    import torch
-
-    return torch.nn.Tanh()
-
-
-@op("sigmoid", inputs=_SAME_IN, outputs=_SAME_OUT, module="torch.nn.Sigmoid", example={"op": "sigmoid"})
-def sigmoid(p: Params, inputs: Sequence[TensorType]) -> Any:
-    """Logistic sigmoid, ``1 / (1 + exp(-x))``, elementwise."""
-    import torch
-
-    return torch.nn.Sigmoid()
+def _celu_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    if p.alpha == 0:
+        raise InferError(
+            "alpha cannot be 0 for celu (it divides by alpha)", code="E_PARAM", param="alpha", expected="!= 0", actual=0
+        )
+    return [inputs[0]]
 
 
 def _along_dim_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
@@ -75,38 +79,214 @@ def _along_dim_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     return [t]
 
 
+def _glu_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    t = inputs[0]
+    if t.shape is None:
+        return [t]
+    if open_at(t.shape) is None and len(t.shape) == 0:
+        raise InferError("glu needs a dim to halve, got a 0-d tensor", port="x", expected="rank >= 1", actual="[]")
+    index = open_index(t.shape, p.dim)
+    if index is None:
+        return [TensorType(None, t.dtype)]
+    size = t.shape[index]
+    if isinstance(size, int) and size % 2:
+        raise InferError(
+            f"glu halves dim {p.dim}, which has the odd size {size}",
+            port="x",
+            expected=f"an even size at dim {p.dim}",
+            actual=format_shape(t.shape),
+            hint="glu splits that dim into a value half and a gate half: its size must be even",
+        )
+    return [TensorType((*t.shape[:index], dim_floordiv(size, 2), *t.shape[index + 1 :]), t.dtype)]
+
+
+def _prelu_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    t = inputs[0]
+    if p.num_parameters == 1 or t.shape is None:
+        return [t]
+    if open_at(t.shape) is None and len(t.shape) < 2:
+        raise InferError(
+            f"prelu with num_parameters={p.num_parameters} learns one slope per channel (dim 1), but the input "
+            f"has rank {len(t.shape)}",
+            port="x",
+            expected="rank >= 2: [N, C, ...]",
+            actual=format_shape(t.shape),
+            hint="use num_parameters: 1 for one shared slope",
+        )
+    index = open_index(t.shape, 1)
+    if index is not None and provably_different(t.shape[index], p.num_parameters):
+        raise InferError(
+            f"prelu learns {p.num_parameters} slopes, one per channel, but the input has "
+            f"{format_dim(t.shape[index])} channels (dim 1)",
+            port="x",
+            expected=f"dim 1 = {p.num_parameters}",
+            actual=format_shape(t.shape),
+            hint=f"set num_parameters to the channel count ({format_dim(t.shape[index])}), or 1",
+        )
+    return [t]
+
+
 _DIM = Param("dim", "int", default=-1, doc="the dim to normalise over (negative counts from the end)")
 
-
-@op(
-    "softmax",
-    params=[_DIM],
-    inputs=_SAME_IN,
-    outputs=_SAME_OUT,
-    infer=_along_dim_infer,
-    module="torch.nn.Softmax",
-    inference="dim must be within the input's rank",
-    example={"op": "softmax", "dim": -1},
+ACTIVATIONS: tuple[Activation, ...] = (
+    Activation("relu", "ReLU", "Rectified linear unit, ``max(x, 0)``, elementwise."),
+    Activation("relu6", "ReLU6", "``min(max(x, 0), 6)``, elementwise (MobileNetV2)."),
+    Activation(
+        "leaky_relu",
+        "LeakyReLU",
+        "``x`` where positive, ``negative_slope * x`` elsewhere.",
+        (Param("negative_slope", "float", default=0.01, doc="the slope for negative inputs"),),
+        {"negative_slope": 0.2},
+    ),
+    Activation(
+        "elu",
+        "ELU",
+        "Exponential linear unit: ``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere.",
+        (Param("alpha", "float", default=1.0, doc="the value approached for large negative inputs"),),
+    ),
+    Activation("selu", "SELU", "Scaled ELU with the self-normalising constants (alpha 1.6733, scale 1.0507)."),
+    Activation(
+        "celu",
+        "CELU",
+        "Continuously differentiable ELU: ``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``.",
+        (Param("alpha", "float", default=1.0, doc="the scale of the negative part; not 0"),),
+        infer=_celu_infer,
+        inference="alpha must not be 0",
+        error_example={"params": {"alpha": 0.0}, "inputs": [["B", 8]]},
+    ),
+    Activation(
+        "gelu",
+        "GELU",
+        "Gaussian error linear unit, ``x * Phi(x)``, elementwise.",
+        (
+            Param(
+                "approximate",
+                "str",
+                default="none",
+                choices=("none", "tanh"),
+                doc="'none' for the exact erf form, 'tanh' for the tanh approximation (GPT-2)",
+            ),
+        ),
+        {"approximate": "tanh"},
+        aliases={
+            "gelu_new": {"approximate": "tanh"},
+            "gelu_pytorch_tanh": {"approximate": "tanh"},
+            "gelu_tanh": {"approximate": "tanh"},
+            "GELUTanh": {"approximate": "tanh"},
+            "NewGELUActivation": {"approximate": "tanh"},
+            "PytorchGELUTanh": {"approximate": "tanh"},
+            "GELUActivation": {},
+        },
+    ),
+    Activation(
+        "silu",
+        "SiLU",
+        "Sigmoid linear unit (swish), ``x * sigmoid(x)``, elementwise.",
+        aliases={"swish": {}, "SiLUActivation": {}},
+    ),
+    Activation("mish", "Mish", "``x * tanh(softplus(x))``, elementwise."),
+    Activation("hardswish", "Hardswish", "``x * relu6(x + 3) / 6``, elementwise (MobileNetV3)."),
+    Activation(
+        "hardsigmoid",
+        "Hardsigmoid",
+        "``relu6(x + 3) / 6``, a piecewise-linear sigmoid (MobileNetV3's squeeze-and-excitation gate).",
+    ),
+    Activation(
+        "hardtanh",
+        "Hardtanh",
+        "``x`` clipped to ``[min_val, max_val]`` (for any dtype and open bounds, see clamp).",
+        (
+            Param("min_val", "float", default=-1.0, doc="the lower bound"),
+            Param("max_val", "float", default=1.0, doc="the upper bound; above min_val"),
+        ),
+        {"min_val": -2.0, "max_val": 2.0},
+        infer=_hardtanh_infer,
+        inference="max_val must be greater than min_val",
+        error_example={"params": {"min_val": 1.0, "max_val": 1.0}, "inputs": [["B", 8]]},
+    ),
+    Activation(
+        "softplus",
+        "Softplus",
+        "``log(1 + exp(beta * x)) / beta``, linear above ``threshold`` (for stability).",
+        (
+            Param("beta", "float", default=1.0, doc="the sharpness"),
+            Param("threshold", "float", default=20.0, doc="above beta * x > threshold, the input is returned"),
+        ),
+    ),
+    Activation("softsign", "Softsign", "``x / (1 + |x|)``, elementwise."),
+    Activation("tanh", "Tanh", "Hyperbolic tangent, elementwise."),
+    Activation("sigmoid", "Sigmoid", "Logistic sigmoid, ``1 / (1 + exp(-x))``, elementwise."),
+    Activation("logsigmoid", "LogSigmoid", "``log(sigmoid(x))``, computed stably."),
+    Activation(
+        "prelu",
+        "PReLU",
+        "Leaky ReLU with a learned negative slope: one shared, or one per channel (dim 1).\n\nThe slopes are the "
+        "layer's ``weight`` (``[num_parameters]``), as in ``torch.nn.PReLU``.",
+        (
+            Param("num_parameters", "int", default=1, min=1, doc="1, or the input's channel count (dim 1)"),
+            Param("init", "float", default=0.25, doc="the slopes' initial value"),
+        ),
+        {"num_parameters": 1},
+        infer=_prelu_infer,
+        inference="num_parameters is 1 or the input's dim 1",
+        error_example={"params": {"num_parameters": 3}, "inputs": [["B", 4, 8]]},
+    ),
+    Activation(
+        "glu",
+        "GLU",
+        "Gated linear unit: ``x`` split in two halves along ``dim``, the first times the sigmoid of the second.",
+        (Param("dim", "int", default=-1, doc="the dim to halve (negative counts from the end)"),),
+        infer=_glu_infer,
+        inference="dim within the input's rank, its size even; the output has half of it",
+        error_example={"inputs": [["B", 7]]},
+    ),
+    Activation(
+        "softmax",
+        "Softmax",
+        "Softmax along ``dim``: exponentials normalised to sum to one.",
+        (_DIM,),
+        {"dim": -1},
+        infer=_along_dim_infer,
+        inference="dim must be within the input's rank",
+        error_example={"params": {"dim": 2}, "inputs": [["B", 8]]},
+    ),
+    Activation(
+        "log_softmax",
+        "LogSoftmax",
+        "Logarithm of the softmax along ``dim``, computed stably.",
+        (_DIM,),
+        {"dim": -1},
+        infer=_along_dim_infer,
+        inference="dim must be within the input's rank",
+        error_example={"params": {"dim": 2}, "inputs": [["B", 8]]},
+    ),
 )
-def softmax(p: Params, inputs: Sequence[TensorType]) -> Any:
-    """Softmax along ``dim``: exponentials normalised to sum to one."""
-    import torch
-
-    return torch.nn.Softmax(dim=p.dim)
 
 
-@op(
-    "log_softmax",
-    params=[_DIM],
-    inputs=_SAME_IN,
-    outputs=_SAME_OUT,
-    infer=_along_dim_infer,
-    module="torch.nn.LogSoftmax",
-    inference="dim must be within the input's rank",
-    example={"op": "log_softmax", "dim": -1},
-)
-def log_softmax(p: Params, inputs: Sequence[TensorType]) -> Any:
-    """Logarithm of the softmax along ``dim``, computed stably."""
-    import torch
+def _register(row: Activation) -> None:
+    def build(p: Params, inputs: Sequence[TensorType]) -> Any:
+        import torch
 
-    return torch.nn.LogSoftmax(dim=p.dim)
+        return getattr(torch.nn, row.cls)(**{param.name: p[param.name] for param in row.params})
+
+    build.__doc__ = row.doc
+    changes_shape = row.name == "glu"
+    op(
+        row.name,
+        params=list(row.params),
+        inputs=[Port("x", ["*shape"])],
+        outputs=[Port("y", None if changes_shape else ["*shape"], dtype="same:x")],
+        infer=row.infer,
+        module=f"torch.nn.{row.cls}",
+        inference=row.inference,
+        example={"op": row.name, **row.example},
+        returns="new",
+        aliases=row.aliases,
+        error_example=row.error_example or _INT_INPUT,
+    )(build)
+
+
+for _row in ACTIVATIONS:
+    _register(_row)
+
+__all__ = ["ACTIVATIONS", "Activation"]

@@ -231,6 +231,7 @@ def _is_legacy(p: Params) -> bool:
 
 @op(
     "attention",
+    returns="new",
     params=[
         Param("num_heads", "int", min=1, doc="number of query heads"),
         Param("embed_dim", "int", min=1, inferred=True, doc="model width D (inferred from the input's last dim)"),
@@ -300,7 +301,7 @@ def _is_legacy(p: Params) -> bool:
     ],
     outputs=[Port("y", ["B", "T", "embed_dim"], dtype="same:x")],
     infer=_attention_infer,
-    module="hndl.torch.layers.SelfAttention or CrossAttention (the GPT-2 layout), else hndl.torch.layers.Attention",
+    module="hndl.torch.layers.SelfAttention or CrossAttention or Attention",
     inference=(
         "num_heads must divide embed_dim unless head_dim is given; kv_heads must divide num_heads; kdim (the kv "
         "input's width) must be an int; the mask is [B, S] (padding), [B, T, S] or of rank 4 broadcastable to "
@@ -385,6 +386,7 @@ def _sdpa_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "sdpa",
+    returns="new",
     params=[
         Param("causal", "bool", default=False, doc="query i attends only to keys 0..i"),
         Param("window", "int", default=None, nullable=True, min=1, doc="with causal: only the window latest keys"),
@@ -447,6 +449,7 @@ def _attention_mask_infer(p: Params, inputs: Sequence[TensorType]) -> list[Tenso
 
 @op(
     "attention_mask",
+    returns="new",
     params=[
         Param("causal", "bool", default=False, doc="fold in the causal pattern: query i sees keys 0..i"),
         Param("window", "int", default=None, nullable=True, min=1, doc="with causal: only the window latest keys"),

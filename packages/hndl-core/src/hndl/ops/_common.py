@@ -231,6 +231,76 @@ def promote(a: str, b: str) -> str:
     return a if _ORDER[a] >= _ORDER[b] else b
 
 
+#: torch's default dtypes, which inference assumes (``torch.set_default_dtype`` is not followed): what a Python
+#: float joins a promotion as, and what ``exp`` or true division make of an integer tensor.
+DEFAULT_FLOAT = "float32"
+DEFAULT_INT = "int64"
+
+#: An operand of an element-wise op: a tensor's dtype (a name or a category) or a Python number.
+Operand = str | int | float
+
+
+def promote_operands(operands: Sequence[Operand]) -> str:
+    """The dtype torch gives an element-wise op on these operands (tensors' dtypes and Python numbers).
+
+    Tensors promote among themselves (:func:`promote`); a number joins only when it is of a higher kind than
+    every tensor (float over int over bool), and then as its kind's default dtype: ``int8 + 1000`` stays int8,
+    ``int64 * 0.5`` is float32, ``float16 * 2.0`` float16, and numbers alone give int64 or float32.
+    """
+    tensors = [o for o in operands if isinstance(o, str)]
+    numbers = [o for o in operands if not isinstance(o, str)]
+    dtype = tensors[0] if tensors else "bool"
+    for t in tensors[1:]:
+        dtype = promote(dtype, t)
+    kind = _kind(dtype)
+    if kind is None:
+        return "any"
+    for n in numbers:
+        n_kind = 2 if isinstance(n, float) else 1
+        if n_kind > kind:
+            dtype, kind = (DEFAULT_FLOAT if n_kind == 2 else DEFAULT_INT), n_kind
+    return dtype
+
+
+def to_floating(dtype: str) -> str:
+    """``dtype`` as a floating op returns it: floating (and complex) dtypes are kept, integers and bool become
+    :data:`DEFAULT_FLOAT` (``exp`` of an int64 tensor is float32)."""
+    kind = _kind(dtype)
+    if kind is None:
+        return "any"
+    return dtype if kind >= 2 else DEFAULT_FLOAT
+
+
+@dataclass(frozen=True)
+class DtypeRule:
+    """How an element-wise op's output dtype follows from its operands (tensors' dtypes, Python numbers)."""
+
+    name: str
+    doc: str
+
+    def result(self, operands: Sequence[Operand]) -> str:
+        if self.name == "same":
+            return operands[0] if isinstance(operands[0], str) else promote_operands(operands)
+        if self.name == "bool":
+            return "bool"
+        promoted = promote_operands(operands)
+        return to_floating(promoted) if self.name == "int_to_float" else promoted
+
+
+#: The dtype behaviours element-wise ops declare by name (``ops/_elementwise.py``), so no op needs its own
+#: dtype inference. The output port's dtype rule each implies, for the docs: ``same:<first input>``,
+#: ``any``, ``float``, ``bool``.
+DTYPE_RULES: dict[str, DtypeRule] = {
+    r.name: r
+    for r in (
+        DtypeRule("same", "the input's dtype"),
+        DtypeRule("promote", "torch's type promotion of the operands (a number joins only as a higher kind)"),
+        DtypeRule("int_to_float", "torch's type promotion of the operands, with integers and bool made float32"),
+        DtypeRule("bool", "bool"),
+    )
+}
+
+
 # --- sliding windows (conv, pool) -----------------------------------------------------------------------
 
 
@@ -291,6 +361,11 @@ def check_window_padding(kernel: tuple[int, ...], padding: tuple[int, ...]) -> N
 
 __all__ = [
     "Requirement",
+    "DEFAULT_FLOAT",
+    "DEFAULT_INT",
+    "DTYPE_RULES",
+    "DtypeRule",
+    "Operand",
     "broadcast_dim",
     "broadcast_shapes",
     "check_window_padding",
@@ -302,7 +377,9 @@ __all__ = [
     "require",
     "product",
     "promote",
+    "promote_operands",
     "provably_different",
     "shape_of_rank",
+    "to_floating",
     "window_out",
 ]

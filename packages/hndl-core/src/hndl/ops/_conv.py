@@ -70,6 +70,7 @@ def _conv1d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inference="groups must divide both channel counts",
     example={"op": "conv1d", "out_channels": 32, "kernel_size": 3, "padding": 1},
     input_shape_example=["B", 16, 100],
+    returns="new",
 )
 def conv1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """1-d convolution over ``[N, C, L]``.
@@ -133,6 +134,7 @@ def _conv2d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     ),
     example={"op": "conv2d", "out_channels": 64, "kernel_size": 3, "padding": 1},
     input_shape_example=["B", 3, 32, 32],
+    returns="new",
 )
 def conv2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """2-d convolution over ``[N, C, H, W]``.
@@ -208,6 +210,8 @@ _POOL_INFERENCE = (
     inference=_POOL_INFERENCE.format(window="H+2*padding_h-dilation_h*(kernel_h-1)-1", dilation=", dilation_h"),
     example={"op": "maxpool2d", "kernel_size": 2},
     input_shape_example=["B", 16, 32, 32],
+    returns="new",
+    aliases={"MaxPooling2D": {}},
 )
 def maxpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """2-d max pooling over ``[N, C, H, W]``: the maximum of each window."""
@@ -236,6 +240,8 @@ def maxpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     inference=_POOL_INFERENCE.format(window="H+2*padding_h-kernel_h", dilation=""),
     example={"op": "avgpool2d", "kernel_size": 2},
     input_shape_example=["B", 16, 32, 32],
+    returns="new",
+    aliases={"AveragePooling2D": {}},
 )
 def avgpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """2-d average pooling over ``[N, C, H, W]``: the mean of each window."""
@@ -286,6 +292,8 @@ def _adaptive_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]
     module="torch.nn.AdaptiveAvgPool2d",
     example={"op": "adaptive_avgpool2d", "output_size": 1},
     input_shape_example=["B", 512, 7, 7],
+    returns="new",
+    aliases={"GlobalAveragePooling2D": {"output_size": 1}},
 )
 def adaptive_avgpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """2-d average pooling to a fixed output size, whatever the input's height and width."""
@@ -339,6 +347,8 @@ _POOL1D_INFERENCE = (
     inference=_POOL1D_INFERENCE.format(window="L+2*padding-dilation*(kernel_size-1)-1"),
     example={"op": "maxpool1d", "kernel_size": 2},
     input_shape_example=["B", 16, 100],
+    returns="new",
+    aliases={"MaxPooling1D": {}},
 )
 def maxpool1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """1-d max pooling over ``[N, C, L]``: the maximum of each window."""
@@ -363,6 +373,8 @@ def maxpool1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     inference=_POOL1D_INFERENCE.format(window="L+2*padding-kernel_size"),
     example={"op": "avgpool1d", "kernel_size": 2},
     input_shape_example=["B", 16, 100],
+    returns="new",
+    aliases={"AveragePooling1D": {}},
 )
 def avgpool1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """1-d average pooling over ``[N, C, L]``: the mean of each window."""
@@ -396,6 +408,8 @@ def _adaptive1d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorTyp
     module="torch.nn.AdaptiveAvgPool1d",
     example={"op": "adaptive_avgpool1d", "output_size": 1},
     input_shape_example=["B", 64, 50],
+    returns="new",
+    aliases={"GlobalAveragePooling1D": {"output_size": 1}},
 )
 def adaptive_avgpool1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """1-d average pooling to a fixed output length, whatever the input's length."""

@@ -21,6 +21,8 @@ from .._registry import InferError, Param, Params, Port, op
     module="torch.nn.Linear",
     example={"op": "linear", "out_features": 128},
     input_shape_example=["B", 784],
+    returns="new",
+    aliases={"Dense": {}},
 )
 def linear(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Affine map of the last dim: ``y = x @ W.T + b``.
@@ -75,6 +77,7 @@ def _embedding_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     module="torch.nn.Embedding",
     example={"op": "embedding", "num_embeddings": 50257, "embedding_dim": 768},
     input_shape_example=["B", "T"],
+    returns="new",
 )
 def embedding(p: Params, inputs: Sequence[TensorType]) -> Any:
     """A lookup table: each integer index becomes a learned vector of ``embedding_dim`` floats.
@@ -94,6 +97,7 @@ def embedding(p: Params, inputs: Sequence[TensorType]) -> Any:
     module="torch.nn.Dropout",
     example={"op": "dropout", "p": 0.1},
     input_shape_example=["B", 128],
+    returns="input",
 )
 def dropout(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Zero each element with probability ``p`` in training mode and scale the rest by ``1/(1-p)``.
@@ -112,9 +116,46 @@ def dropout(p: Params, inputs: Sequence[TensorType]) -> Any:
     module="torch.nn.Identity",
     example={"op": "identity"},
     input_shape_example=["B", 16],
+    returns="input",
 )
 def identity(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Return the input unchanged (a named tap point in a graph)."""
     import torch
 
     return torch.nn.Identity()
+
+
+@op(
+    "drop_path",
+    params=[
+        Param("p", "float", min=0, max=1, doc="probability of dropping a sample's path (or the batch's) in training"),
+        Param(
+            "mode",
+            "str",
+            default="row",
+            choices=("row", "batch"),
+            doc="'row': each sample on its own (dim 0); 'batch': the whole batch at once",
+        ),
+    ],
+    inputs=[Port("x", ["N", "*rest"], doc="a residual branch's output; dim 0 is the batch")],
+    outputs=[Port("y", ["N", "*rest"], dtype="same:x")],
+    module="hndl.torch.layers.DropPath",
+    example={"op": "drop_path", "p": 0.1},
+    input_shape_example=["B", 96, 56, 56],
+    returns="input",
+    aliases={"StochasticDepth": {"mode": "row"}, "stochastic_depth": {}},
+    error_example={"params": {"p": 1.5}, "inputs": [["B", 96, 56, 56]]},
+)
+def drop_path(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Stochastic depth: in training, drop a residual branch for a random part of the batch.
+
+    With probability ``p`` a sample's branch output (``mode: row``; the whole batch with ``mode: batch``)
+    becomes zero, and what is kept is scaled by ``1/(1-p)``; in eval mode, or with ``p`` 0, the input passes
+    through unchanged. This is torchvision's ``StochasticDepth(p, mode)`` and timm's ``DropPath``; it draws the
+    same random numbers, so with one seed both give the same result bit for bit. It is not ``dropout``, which
+    zeroes single elements. A schedule that grows with depth is one expression over graph parameters:
+    ``p: "$rate * ($first + $repetition) / ($blocks - 1)"`` (SPEC 1.6).
+    """
+    from ..torch.layers import DropPath
+
+    return DropPath(p.p, p.mode)

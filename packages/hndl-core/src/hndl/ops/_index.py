@@ -65,6 +65,7 @@ def _select_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inference="the input's shape without dim; an int dim must be larger than the index",
     example={"op": "select", "dim": 1, "index": 0},
     input_shape_example=["B", "T", 768],
+    returns="view",
 )
 def select(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Take one position of a dim, removing it (``x.select(dim, index)``; ``x[:, 0]`` for the class token)."""
@@ -120,6 +121,7 @@ def _slice_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     ),
     example={"op": "slice", "dim": 1, "start": 1},
     input_shape_example=["B", "T", 768],
+    returns="view",
 )
 def slice_(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Take every ``step``-th position from ``start`` up to ``end`` along ``dim`` (``x[:, start:end:step]``)."""
@@ -153,6 +155,7 @@ def _chunk_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inference="chunks outputs, each the input's shape with dim divided by chunks (D//2 on a symbolic dim)",
     example={"op": "chunk", "chunks": 2, "dim": -1},
     input_shape_example=["B", "T", 1024],
+    returns="view",
 )
 def chunk(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Cut ``dim`` into ``chunks`` equal parts (``x.chunk(chunks, dim)``), one output each: ``node.0``, ...
@@ -262,6 +265,7 @@ def _pad_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     ),
     example={"op": "pad", "pad": [1, 1, 1, 1]},
     input_shape_example=["B", 3, 32, 32],
+    returns="new",
 )
 def pad(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Pad the last dims (``torch.nn.functional.pad``): ``pad: [1, 2]`` adds one element before and two after

@@ -1,4 +1,5 @@
-"""Binary arithmetic: add and mul (broadcasting), matmul (torch.matmul rules, batch dims broadcast)."""
+"""Matrix products: matmul (torch.matmul rules, batch dims broadcast). Element-wise arithmetic is in
+``_elementwise``."""
 
 from __future__ import annotations
 
@@ -9,51 +10,6 @@ from .._contracts import TensorType, format_shape
 from .._dims import format_dim
 from .._registry import InferError, Params, Port, op
 from ._common import Shape, broadcast_shapes, open_at, promote, provably_different
-
-_BINARY_IN = [Port("a", None, dtype="any", doc="left operand"), Port("b", None, dtype="any", doc="right operand")]
-_BROADCAST_INFERENCE = (
-    "shapes broadcast by torch's rules (aligned from the right; each pair of dims equal, or one of them 1); "
-    "dtypes promote as in torch (int + float32 -> float32)"
-)
-
-
-def _broadcast_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
-    a, b = inputs
-    return [TensorType(broadcast_shapes(a.shape, b.shape), promote(a.dtype, b.dtype))]
-
-
-@op(
-    "add",
-    inputs=_BINARY_IN,
-    outputs=[Port("y", None, dtype="any")],
-    infer=_broadcast_infer,
-    module="hndl.torch.layers.Add",
-    inference=_BROADCAST_INFERENCE,
-    example={"op": "add"},
-    input_shape_example=["B", "T", 64],
-)
-def add(p: Params, inputs: Sequence[TensorType]) -> Any:
-    """Elementwise sum ``a + b`` with broadcasting (a residual connection: ``in: [x, block]``)."""
-    from ..torch.layers import Add
-
-    return Add()
-
-
-@op(
-    "mul",
-    inputs=_BINARY_IN,
-    outputs=[Port("y", None, dtype="any")],
-    infer=_broadcast_infer,
-    module="hndl.torch.layers.Mul",
-    inference=_BROADCAST_INFERENCE,
-    example={"op": "mul"},
-    input_shape_example=["B", "T", 64],
-)
-def mul(p: Params, inputs: Sequence[TensorType]) -> Any:
-    """Elementwise product ``a * b`` with broadcasting (gating: ``in: [x, gate]``)."""
-    from ..torch.layers import Mul
-
-    return Mul()
 
 
 def _split_matrix(shape: Shape, port: str) -> tuple[Shape, list[Any]] | None:
@@ -126,6 +82,9 @@ def _matmul_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     ),
     example={"op": "matmul"},
     input_shape_example=["B", 64, 64],
+    returns="new",
+    error_example={"inputs": [["B", 64, 32], ["B", 64, 32]]},
+    aliases={"mm": {}, "bmm": {}},
 )
 def matmul(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Matrix product ``torch.matmul(a, b)``, batched over leading dims."""

@@ -1,4 +1,4 @@
-"""Normalisation layers: batchnorm1d, batchnorm2d, layernorm, rmsnorm, groupnorm."""
+"""Normalisation layers: batchnorm1d, batchnorm2d, layernorm, layernorm2d, rmsnorm, groupnorm."""
 
 from __future__ import annotations
 
@@ -86,6 +86,7 @@ def _bn_build(cls_name: str, p: Params) -> Any:
     inference="the input has rank 2 ([N, C]) or 3 ([N, C, L]); eps must be > 0",
     example={"op": "batchnorm1d"},
     input_shape_example=["B", 64],
+    returns="new",
 )
 def batchnorm1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Batch normalisation over ``[N, C]`` or ``[N, C, L]``, per channel.
@@ -105,6 +106,7 @@ def batchnorm1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     inference="eps must be > 0",
     example={"op": "batchnorm2d"},
     input_shape_example=["B", 64, 32, 32],
+    returns="new",
 )
 def batchnorm2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Batch normalisation over ``[N, C, H, W]``, per channel.
@@ -175,6 +177,8 @@ _TRAILING_INFERENCE = "the input must end with normalized_shape"
     inference=_TRAILING_INFERENCE,
     example={"op": "layernorm"},
     input_shape_example=["B", "T", 768],
+    returns="new",
+    aliases={"LayerNormalization": {}},
 )
 def layernorm(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Layer normalisation: zero mean and unit variance over the trailing dims, then a learned affine map.
@@ -184,6 +188,35 @@ def layernorm(p: Params, inputs: Sequence[TensorType]) -> Any:
     import torch
 
     return torch.nn.LayerNorm(list(p.normalized_shape), eps=p.eps, elementwise_affine=p.elementwise_affine, bias=p.bias)
+
+
+@op(
+    "layernorm2d",
+    params=[
+        Param("num_channels", "int", min=1, inferred=True, doc="number of channels (inferred from dim 1)"),
+        _EPS,
+        Param("elementwise_affine", "bool", default=True, doc="learn a per-channel scale (and shift)"),
+        Param("bias", "bool", default=True, doc="learn the shift too (with elementwise_affine)"),
+    ],
+    inputs=[Port("x", ["N", "num_channels", "H", "W"], doc="batch, channels, height, width")],
+    outputs=[Port("y", ["N", "num_channels", "H", "W"], dtype="same:x")],
+    module="hndl.torch.layers.LayerNorm2d",
+    example={"op": "layernorm2d", "eps": 1e-6},
+    input_shape_example=["B", 96, 56, 56],
+    returns="new",
+    aliases={"ChannelsFirstLayerNorm": {}, "LayerNormChannelsFirst": {}},
+    error_example={"inputs": [["B", 56, 96]]},
+)
+def layernorm2d(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Layer normalisation of ``[N, C, H, W]`` over the channels, at every position: ConvNeXt's ``LayerNorm2d``.
+
+    Computed as torchvision and timm do (channels moved last, ``layer_norm``, moved back), so results match
+    theirs bit for bit, and its ``state_dict`` holds theirs (``weight``, ``bias``, ``[C]``). Unlike ``layernorm``,
+    which normalises over the *last* dim (the width of an NCHW map), it normalises dim 1.
+    """
+    from ..torch.layers import LayerNorm2d
+
+    return LayerNorm2d(p.num_channels, eps=p.eps, elementwise_affine=p.elementwise_affine, bias=p.bias)
 
 
 @op(
@@ -207,6 +240,7 @@ def layernorm(p: Params, inputs: Sequence[TensorType]) -> Any:
     inference=_TRAILING_INFERENCE,
     example={"op": "rmsnorm", "eps": 1e-6},
     input_shape_example=["B", "T", 4096],
+    returns="new",
 )
 def rmsnorm(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Root-mean-square normalisation over the trailing dims, then a learned scale.
@@ -245,6 +279,7 @@ def _groupnorm_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     inference="num_groups must divide the channels (dim 1)",
     example={"op": "groupnorm", "num_groups": 32},
     input_shape_example=["B", 256, 16, 16],
+    returns="new",
 )
 def groupnorm(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Group normalisation: channels split into ``num_groups`` groups, each normalised on its own.

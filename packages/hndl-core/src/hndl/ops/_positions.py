@@ -179,6 +179,7 @@ def _rotary_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "rotary",
+    returns="new",
     params=[
         *ROPE_FIELDS,
         Param("head_dim", "int", min=1, inferred=True, doc="the last dim D (inferred from the input)"),
@@ -254,6 +255,7 @@ def _dim(shape: tuple[Any, ...] | None, index: int) -> Any:
 
 @op(
     "relative_position_bias",
+    returns="new",
     params=[
         Param("num_heads", "int", min=1, doc="attention heads: one bias per head"),
         Param("num_buckets", "int", default=32, min=1, doc="buckets of relative positions (T5: 32)"),

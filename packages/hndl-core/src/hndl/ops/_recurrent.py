@@ -80,6 +80,7 @@ _INFERENCE = (
     inference=_INFERENCE,
     example={"op": "lstm", "hidden_size": 128, "num_layers": 2, "bidirectional": True, "output": "last"},
     input_shape_example=["B", "T", 64],
+    returns="new",
 )
 def lstm(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Long short-term memory over ``[B, T, F]`` (``torch.nn.LSTM`` with ``batch_first=True``).
@@ -111,6 +112,7 @@ def lstm(p: Params, inputs: Sequence[TensorType]) -> Any:
     inference=_INFERENCE,
     example={"op": "gru", "hidden_size": 128, "output": "both"},
     input_shape_example=["B", "T", 64],
+    returns="new",
 )
 def gru(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Gated recurrent unit over ``[B, T, F]`` (``torch.nn.GRU`` with ``batch_first=True``).

@@ -106,6 +106,8 @@ def _infer_1d(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inference="groups must divide both channel counts; output_padding must be smaller than stride or dilation",
     example={"op": "conv_transpose1d", "out_channels": 32, "kernel_size": 2, "stride": 2},
     input_shape_example=["B", 64, "L"],
+    returns="new",
+    aliases={"Conv1DTranspose": {}},
 )
 def conv_transpose1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """1-d transposed convolution over ``[N, C, L]`` (the gradient of ``conv1d``): with ``kernel_size: 2,
@@ -162,6 +164,8 @@ def _infer_2d(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     ),
     example={"op": "conv_transpose2d", "out_channels": 64, "kernel_size": 2, "stride": 2},
     input_shape_example=["B", 128, "H", "W"],
+    returns="new",
+    aliases={"Conv2DTranspose": {}},
 )
 def conv_transpose2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """2-d transposed convolution over ``[N, C, H, W]``: with ``kernel_size: 2, stride: 2`` it doubles height
@@ -273,6 +277,8 @@ def _upsample_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]
     ),
     example={"op": "upsample", "scale_factor": 2, "mode": "nearest"},
     input_shape_example=["B", 64, "H", "W"],
+    returns="new",
+    aliases={"interpolate": {}, "UpSampling2D": {}},
 )
 def upsample(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Resize the spatial dims by ``scale_factor`` or to ``size`` (``torch.nn.Upsample``); exactly one of the

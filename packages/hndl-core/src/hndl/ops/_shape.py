@@ -82,6 +82,8 @@ def _concat_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inference="all inputs share their rank and every dim but dim; the output's dim is the sum (D+E)",
     example={"op": "concat", "dim": -1},
     input_shape_example=["B", 32],
+    returns="new",
+    aliases={"cat": {}, "concatenate": {}},
 )
 def concat(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Join tensors along ``dim`` (``torch.cat``)."""
@@ -189,6 +191,7 @@ def _split_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inference="one output per part, each the input's shape with dim replaced by the part's size",
     example={"op": "split", "sections": 3, "dim": -1},
     input_shape_example=["B", "T", 192],
+    returns="view",
 )
 def split(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Split along ``dim`` into ``sections`` equal parts, or into parts of the given ``sizes``.
@@ -283,6 +286,8 @@ def _reshape_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     ),
     example={"op": "reshape", "shape": [4, 16], "start_dim": 2},
     input_shape_example=["B", "T", 64],
+    returns="view",
+    aliases={"view": {}},
 )
 def reshape(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Reshape the dims from ``start_dim`` on into ``shape``, keeping the dims before it.
@@ -346,6 +351,7 @@ def _flatten_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inference="dims start_dim..end_dim merge into their product ([N, C, H, W] -> [N, C*H*W])",
     example={"op": "flatten"},
     input_shape_example=["B", 64, 7, 7],
+    returns="view",
 )
 def flatten(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Merge dims ``start_dim`` .. ``end_dim`` into one (by default all but the batch dim)."""
@@ -393,6 +399,7 @@ def _permute_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inference="output dim i is input dim dims[i]",
     example={"op": "permute", "dims": [0, 2, 3, 1]},
     input_shape_example=["B", 3, 32, 32],
+    returns="view",
 )
 def permute(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Reorder the dims (``x.permute(dims)``)."""
@@ -429,6 +436,7 @@ def _transpose_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     inference="dims dim0 and dim1 swap places",
     example={"op": "transpose", "dim0": 1, "dim1": 2},
     input_shape_example=["B", 64, 49],
+    returns="view",
 )
 def transpose(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Swap two dims (``x.transpose(dim0, dim1)``)."""
@@ -481,6 +489,8 @@ def _mean_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inference="the dims in dim are removed (or become 1 with keepdim)",
     example={"op": "mean", "dim": [1]},
     input_shape_example=["B", "T", 64],
+    returns="new",
+    aliases={"reduce_mean": {}},
 )
 def mean(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Average over one or more dims (``x.mean(dim, keepdim)``); the input must be floating point."""

@@ -1,7 +1,7 @@
 """Tensors that are not a function of the data alone: parameter, positions, expand, scale.
 
-``parameter`` is the one op without inputs: a learned tensor of a fixed shape (a class token, a position
-embedding). ``positions`` turns a dim's length into the indices ``0 .. n-1``; ``expand`` broadcasts to a shape
+``parameter`` is a learned tensor of a fixed shape with no inputs (a class token, a position embedding, a layer
+scale); its constant twin is ``buffer`` (``_constant``). ``positions`` turns a dim's length into the indices ``0 .. n-1``; ``expand`` broadcasts to a shape
 whose symbolic sizes are read, at run time, from the tensors that carry them.
 """
 
@@ -14,12 +14,21 @@ from .._contracts import TensorType, format_shape, unknown_dim
 from .._dims import SYMBOL_RE, Dim, format_dim, symbol
 from .._param_types import ParamType, excerpt
 from .._registry import InferError, Param, Params, Port, op
-from ._common import norm_dim, open_at, open_index, provably_different
+from ._common import DTYPE_RULES, norm_dim, open_at, open_index, provably_different
 
 # --- parameter ------------------------------------------------------------------------------------------
 
 
 def _parameter_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    if p.value != 0.0 and p.init != "full":
+        raise InferError(
+            f"value is the constant of init 'full'; init is {p.init!r}",
+            code="E_PARAM",
+            param="value",
+            expected="init: full",
+            actual=p.init,
+            hint="write init: full to start every element at value",
+        )
     if p.init in ("normal", "trunc_normal") and p.std <= 0:
         raise InferError(
             f"init={p.init!r} needs a positive std, got {p.std}",
@@ -39,10 +48,11 @@ def _parameter_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
             "init",
             "str",
             default="normal",
-            choices=("zeros", "ones", "normal", "trunc_normal"),
-            doc="initial values: zeros, ones, normal(0, std), or normal(0, std) truncated to +-2 std",
+            choices=("zeros", "ones", "full", "normal", "trunc_normal"),
+            doc="initial values: zeros, ones, value (full), normal(0, std), or normal(0, std) truncated to +-2 std",
         ),
         Param("std", "float", default=0.02, min=0, doc="standard deviation of the normal and trunc_normal inits"),
+        Param("value", "float", default=0.0, doc="every element's initial value, with init: full"),
     ],
     inputs=[],
     outputs=[Port("y", None, dtype="float32")],
@@ -50,17 +60,21 @@ def _parameter_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     module="hndl.torch.layers.LearnedTensor",
     inference="the output's shape is the shape parameter",
     example={"op": "parameter", "shape": [1, 1, 768], "init": "zeros"},
+    returns="state",
+    aliases={"Parameter": {}},
+    error_example={"params": {"shape": [96, 1, 1], "value": 1e-6}, "inputs": []},
 )
 def parameter(p: Params, inputs: Sequence[TensorType]) -> Any:
     """A learned tensor of a fixed shape, with no inputs: a class token, a position embedding.
 
     The module holds it as ``weight`` (``nodes.n_<name>.weight`` in the state_dict). It is a float32
-    tensor, as every torch parameter is by default; combine it with the data by ``add``, ``concat`` or
-    ``expand``.
+    tensor, as every torch parameter is by default; combine it with the data by ``add``, ``mul``, ``concat``
+    or ``expand``. ConvNeXt's layer scale is ``{op: parameter, shape: [96, 1, 1], init: full, value: 1e-6}``
+    times the block's output. For a tensor that is not learned, see ``buffer``.
     """
     from ..torch.layers import LearnedTensor
 
-    return LearnedTensor(list(p.shape), init=p.init, std=p.std)
+    return LearnedTensor(list(p.shape), init=p.init, std=p.std, value=p.value)
 
 
 # --- positions ------------------------------------------------------------------------------------------
@@ -88,6 +102,7 @@ def _positions_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     inference="n is the size of the input's dim dim",
     example={"op": "positions", "dim": 1},
     input_shape_example=["B", "T"],
+    returns="new",
 )
 def positions(p: Params, inputs: Sequence[TensorType]) -> Any:
     """The int64 positions ``0 .. n-1`` of one dim of the input, for position embeddings.
@@ -103,17 +118,31 @@ def positions(p: Params, inputs: Sequence[TensorType]) -> Any:
 # --- scale ----------------------------------------------------------------------------------------------
 
 
+def _scale_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    x = inputs[0]
+    return [TensorType(x.shape, DTYPE_RULES["promote"].result([x.dtype, p.factor]))]
+
+
 @op(
     "scale",
-    params=[Param("factor", "float", doc="the constant to multiply by")],
-    inputs=[Port("x", ["*shape"])],
-    outputs=[Port("y", ["*shape"], dtype="same:x")],
+    params=[Param("factor", "float", doc="the constant to multiply by (an integer keeps an integer input's dtype)")],
+    inputs=[Port("x", ["*shape"], dtype="any")],
+    outputs=[Port("y", ["*shape"], dtype="any")],
+    infer=_scale_infer,
     module="hndl.torch.layers.Scale",
+    inference="dtype: as torch's x * factor: an integer factor keeps the input's dtype, a float one makes "
+    "integers float32",
     example={"op": "scale", "factor": 0.125},
     input_shape_example=["B", "T", 64],
+    returns="new",
+    error_example={"params": {"factor": float("inf")}, "inputs": [["B", 8]]},
 )
 def scale(p: Params, inputs: Sequence[TensorType]) -> Any:
-    """Multiply by a constant (``x * factor``), e.g. ``1/sqrt(d)`` before a softmax."""
+    """Multiply by a constant (``x * factor``), e.g. ``1/sqrt(d)`` before a softmax.
+
+    The dtype follows torch's rule for a Python number: ``factor: 3`` on int64 indices stays int64 (a window
+    index times a row length), ``factor: 0.5`` makes them float32, and a float16 input stays float16.
+    """
     from ..torch.layers import Scale
 
     return Scale(p.factor)
@@ -255,6 +284,7 @@ def _expand_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     ),
     example={"op": "expand", "shape": [4, 1, -1]},
     input_shape_example=[1, 1, 768],
+    returns="view",
 )
 def expand(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Broadcast to a larger shape without copying (``x.expand(...)``): a class token ``[1, 1, D]`` becomes

@@ -21,6 +21,9 @@ deleted and put back as a buffer is left to ``forward``).
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -30,7 +33,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import ops as _ops  # noqa: F401  (the built-in ops, whose declarations _FRESH is derived from)
 from .._plan import Plan
+from .._registry import OpDef, registry
 from . import layers
 
 __all__ = ["InPlace", "Inline", "in_place_steps", "inline_for", "sole_owner"]
@@ -84,6 +89,46 @@ _TABLE: dict[type, Inline] = {
         ("weight", "bias"),
         ("normalized_shape", "eps"),
     ),
+    # The element-wise families (ops/_elementwise.py): one class per shape of forward, the function in its dict.
+    layers.Mul: Inline("{x0} * {x1}", layers.Mul.forward, arity=2),
+    layers.Unary: Inline("{d}['fn']({x}, **{d}['kwargs'])", layers.Unary.forward, settings=("fn", "kwargs")),
+    layers.Binary: Inline("{d}['fn']({x0}, {x1})", layers.Binary.forward, settings=("fn",), arity=2),
+    layers.TensorScalar: Inline(
+        "{d}['fn']({x}, {d}['scalar'])", layers.TensorScalar.forward, settings=("fn", "scalar")
+    ),
+    layers.ScalarTensor: Inline(
+        "{d}['fn']({d}['scalar'], {x})", layers.ScalarTensor.forward, settings=("fn", "scalar")
+    ),
+    # Activations of the vision models: a squeeze-and-excitation block runs one per block.
+    nn.Sigmoid: Inline("{x}.sigmoid()", nn.Sigmoid.forward),
+    nn.Tanh: Inline("{x}.tanh()", nn.Tanh.forward),
+    nn.SiLU: Inline("F.silu({x}, inplace={d}['inplace'])", nn.SiLU.forward, settings=("inplace",)),
+    nn.Hardswish: Inline("F.hardswish({x}, {d}['inplace'])", nn.Hardswish.forward, settings=("inplace",)),
+    nn.Hardsigmoid: Inline("F.hardsigmoid({x}, {d}['inplace'])", nn.Hardsigmoid.forward, settings=("inplace",)),
+    nn.ReLU6: Inline(
+        "F.hardtanh({x}, {d}['min_val'], {d}['max_val'], {d}['inplace'])",
+        nn.ReLU6.forward,
+        settings=("min_val", "max_val", "inplace"),
+    ),
+    nn.Hardtanh: Inline(
+        "F.hardtanh({x}, {d}['min_val'], {d}['max_val'], {d}['inplace'])",
+        nn.Hardtanh.forward,
+        settings=("min_val", "max_val", "inplace"),
+    ),
+    nn.LeakyReLU: Inline(
+        "F.leaky_relu({x}, {d}['negative_slope'], {d}['inplace'])",
+        nn.LeakyReLU.forward,
+        settings=("negative_slope", "inplace"),
+    ),
+    nn.ELU: Inline("F.elu({x}, {d}['alpha'], {d}['inplace'])", nn.ELU.forward, settings=("alpha", "inplace")),
+    nn.Mish: Inline("F.mish({x}, inplace={d}['inplace'])", nn.Mish.forward, settings=("inplace",)),
+    layers.LayerNorm2d: Inline(
+        "F.layer_norm({x}.permute(0, 2, 3, 1), {d}['normalized_shape'], {p}['weight'], {p}['bias'], "
+        "{d}['eps']).permute(0, 3, 1, 2)",
+        layers.LayerNorm2d.forward,
+        ("weight", "bias"),
+        ("normalized_shape", "eps"),
+    ),
 }
 
 
@@ -101,38 +146,72 @@ def inline_for(module: Any) -> Inline | None:
 # --- writing into a value nobody else reads, when no gradient is recorded ---------------------------------------
 
 # Layers whose forward returns a new tensor: never one of its inputs, a view of one, or a registered tensor
-# (dropout returns its input in eval mode, a view op a view, a ``parameter`` node the weight itself). Layers with
-# an ``inplace`` flag a user may set are not here, except ReLU, which :func:`in_place_steps` treats on its own.
-_FRESH: dict[type, Any] = {
-    cls: cls.forward
-    for cls in (
-        nn.Conv1d,
-        nn.Conv2d,
-        nn.ConvTranspose1d,
-        nn.ConvTranspose2d,
-        nn.BatchNorm1d,
-        nn.BatchNorm2d,
-        nn.LayerNorm,
-        nn.GroupNorm,
-        nn.Linear,
-        nn.GELU,
-        nn.Tanh,
-        nn.Sigmoid,
-        nn.Softmax,
-        nn.LogSoftmax,
-        nn.MaxPool1d,
-        nn.MaxPool2d,
-        nn.AvgPool1d,
-        nn.AvgPool2d,
-        nn.Embedding,
-        layers.Add,
-        layers.Mul,
-        layers.MatMul,
-        layers.Concat,
-        layers.SelfAttention,
-        layers.CrossAttention,
-    )
-}
+# (dropout returns its input in eval mode, a view op a view, a ``parameter`` node the weight itself). Derived from
+# the built-in ops' declarations (``OpDef.returns``, see :func:`fresh_layers`). Layers with an ``inplace`` flag a
+# user may set, and those returning their input, pass their input's privacy on instead (:func:`passing_layers`).
+_FRESH: dict[type, Any] = {}
+
+_CLASS_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def layer_classes(module: str) -> list[type]:
+    """The classes an op's ``module`` text names (:attr:`hndl.OpDef.module`): one dotted path, or several joined
+    by `` or `` (``hndl.torch.layers.Add or TensorScalar``: a later one without a module path lives in the first
+    one's). Only ``torch`` and ``hndl`` paths are resolved; prose, or a path that does not resolve, names none."""
+    parts = module.split(" or ")
+    if not parts or not all(_CLASS_PATH.match(part) for part in parts) or "." not in parts[0]:
+        return []
+    home = parts[0].rsplit(".", 1)[0]
+    found: list[type] = []
+    for part in parts:
+        path, _, name = (part if "." in part else f"{home}.{part}").rpartition(".")
+        if path.split(".")[0] not in ("torch", "hndl"):
+            return []
+        try:
+            cls = getattr(importlib.import_module(path), name)
+        except (ImportError, AttributeError):
+            return []
+        if not isinstance(cls, type):
+            return []
+        found.append(cls)
+    return found
+
+
+def _returns_by_class(opdefs: Sequence[OpDef]) -> dict[type, set[str]]:
+    facts: dict[type, set[str]] = {}
+    for opdef in opdefs:
+        for cls in layer_classes(opdef.module):
+            facts.setdefault(cls, set()).add(opdef.returns)
+    return facts
+
+
+def fresh_layers(opdefs: Sequence[OpDef]) -> dict[type, Any]:
+    """``{class: class.forward}`` for the layer classes that return a new tensor: built by ops that declare
+    ``returns="new"`` and by no op that declares anything else, and without an ``inplace`` flag a user may set."""
+    return {
+        cls: cls.forward  # type: ignore[attr-defined]  # layer classes: nn.Module subclasses
+        for cls, returns in _returns_by_class(opdefs).items()
+        if returns == {"new"} and "inplace" not in inspect.signature(cls).parameters
+    }
+
+
+def passing_layers(opdefs: Sequence[OpDef]) -> dict[type, Any]:
+    """``{class: class.forward}`` for the layer classes whose one output is a new tensor or their input itself:
+    built by ops that declare ``returns="input"`` (dropout and ``drop_path`` in eval mode, ``identity``, a
+    ``cast`` to the same dtype), or ``returns="new"`` with an ``inplace`` flag a user may set (ReLU, Hardswish,
+    ...). Their output is private exactly when their input is."""
+    return {
+        cls: cls.forward  # type: ignore[attr-defined]
+        for cls, returns in _returns_by_class(opdefs).items()
+        if returns <= {"input", "new"} and ("input" in returns or "inplace" in inspect.signature(cls).parameters)
+    }
+
+
+# Built-in ops only: a plugin's ops may or may not be loaded when this module is imported, and its layers are
+# called, never written into, which is always safe.
+_BUILT_IN = [o for o in registry.registered() if o.build.__module__.startswith("hndl.ops.")]
+_FRESH.update(fresh_layers(_BUILT_IN))
+_PASSING: dict[type, Any] = passing_layers(_BUILT_IN)
 
 
 @dataclass(frozen=True)
@@ -155,8 +234,9 @@ def in_place_steps(
     A step qualifies when its form has an in-place variant (hndl's Add) and one input is *private*: made by an
     earlier step whose layer returns a new tensor and is not observed (``observed[i]``: the layer runs through
     ``nn.Module.__call__`` because a forward hook, a global module hook or ``compile()`` may see or replace its
-    output), read by this step alone, and not a graph output. A ReLU's output is new, or its input when a user
-    set ``inplace``; it counts as new when that input is itself private. An add writes only where the operands
+    output), read by this step alone, and not a graph output. A layer that returns a new tensor or its input
+    itself (a ReLU a user may set ``inplace``, dropout and ``drop_path`` in eval mode: :func:`passing_layers`)
+    makes its output private when its input is. An add writes only where the operands
     already have the result's shape and dtype (checked on each call: under autocast the static dtypes do not
     hold) and where :func:`sole_owner` finds, on that call, that nothing but the generated frame holds the tensor
     or its memory (a patched ``torch.nn.functional`` that returns its input or a weight). With gradients on,
@@ -175,7 +255,7 @@ def in_place_steps(
         kind = type(module)
         if len(step.outputs) == 1 and module is not None and not observed[i]:
             fresh = _FRESH.get(kind) is kind.forward
-            if kind is nn.ReLU and kind.forward is nn.ReLU.forward:
+            if _PASSING.get(kind) is kind.forward:
                 fresh = len(step.inputs) == 1 and is_private(step.inputs[0])
             if fresh and "forward" not in module.__dict__:
                 private.add(step.outputs[0])

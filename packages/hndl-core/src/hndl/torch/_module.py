@@ -41,7 +41,7 @@ from ._guards import (
 from ._inline import Inline, in_place_steps, inline_for, sole_owner
 from ._state import BuildState, walk_modules
 from ._symbolic import SymbolicCheck, proven_for_all_bindings
-from ._validate import check_inputs, check_state, layer_failure, parameter_dtype, run_checked
+from ._validate import check_declared_outputs, check_inputs, check_state, layer_failure, parameter_dtype, run_checked
 
 __all__ = ["GraphModule", "SIGNATURE_CACHE_SIZE"]
 
@@ -440,13 +440,14 @@ class GraphModule(nn.Module):
         finally:
             if token is not None:
                 validating.reset(token)
+        outs = tuple(values[v] for v in plan.output_ids)
+        check_declared_outputs(plan.checked, outs, env)
         with self._lock:
             self._install(leaves, stores, verified=True)
             if sig is not None:
                 self._remember(sig)
                 if self._symbolic is not None:
                     self._symbolic.validated(sig)
-        outs = tuple(values[v] for v in plan.output_ids)
         return outs[0] if len(outs) == 1 else outs
 
     def _validate_block(

@@ -48,7 +48,7 @@ def save(model: GraphModule, path: str | os.PathLike[str]) -> None:
     """
     from safetensors.torch import save_file
 
-    from .. import dumps
+    from .._spec_dumper import dumps
 
     spec = dumps(model.graph)
     tensors: dict[str, torch.Tensor] = {}
@@ -129,8 +129,8 @@ def load_model(path: str | os.PathLike[str], *, allow_imports: bool = False) -> 
     """
     from safetensors import safe_open
 
-    from .. import loads
     from .._check import check
+    from .._spec_loader import loads
     from ._build import build_module
 
     where = os.fspath(path)

@@ -9,7 +9,8 @@ keys that validated fully and checks a new binding's inputs with generated code 
 common patterns: ints and bare symbols).
 
 Where inference did not prove everything, every concrete shape still validates: a ``module`` op (its output
-shape is only declared), an output whose shape or some dim inference could not determine.
+shape is only declared), an output whose shape or some dim inference could not determine, an output contract
+that inference could not prove.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ __all__ = ["SymbolicCheck", "proven_for_all_bindings", "symbolic_key"]
 
 
 def proven_for_all_bindings(plan: Plan) -> bool:
-    """Whether static inference typed every step's outputs for every binding of the graph's symbols."""
+    """Whether static inference typed every step's outputs for every binding of the graph's symbols, and proved
+    every output's declared contract (one it could not is checked on each validating call)."""
+    if any(declared is not None and not declared.proven for declared in plan.checked.declared_outputs):
+        return False
     for step in plan.steps:
         if step.node.op == "module":
             return False

@@ -14,10 +14,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._check import CheckedGraph, CheckedNode
-from .._contracts import TensorType, Variadic, dtype_satisfies, format_shape, is_unknown
+from .._check import CheckedGraph, CheckedNode, DeclaredOutput
+from .._contracts import ShapePattern, TensorType, Variadic, dtype_satisfies, format_shape, is_unknown
 from .._dims import DimError, evaluate, format_dim, free_symbols
 from .._errors import HndlError, Problem, describe_node
+from .._hints import call_hint, dtype_fix, node_hint, shape_fix
 from .._plan import Step
 from ..naming import dtype_name
 from ._fsdp import cast_dtypes
@@ -26,6 +27,7 @@ from ._state import BuildState
 from ._tensor_parallel import SDPA_ON_DTENSOR_HINT, keeps_shape, local_factor
 
 __all__ = [
+    "check_declared_outputs",
     "check_inputs",
     "check_state",
     "layer_failure",
@@ -80,14 +82,26 @@ def check_inputs(
                 clash = [s for s in before if s in mine]
                 if clash:
                     hint = "; ".join(f"{s} was bound by input {bound_by[s]!r}" for s in clash)
+            fix = shape_fix(contract.shape, tuple(value.shape), before)
+            if fix is not None:
+                hint = call_hint(fix, name)
+                conversion = dtype_fix(dtype_name(value.dtype), contract.dtype)
+                if conversion is not None:  # a uint8 channels-last image: say both edits at once
+                    hint = f"{fix.code(name)}{conversion[0]} makes it {format_shape(fix.result)} {contract.dtype}"
             hint = hint or f"pass {name} shaped {contract.shape}, or write the shape it has in the graph's inputs"
             raise fail(reason, expected=str(contract.shape), actual=format_shape(tuple(value.shape)), hint=hint)
         for symbol in env:
             bound_by.setdefault(symbol, name)
         actual_dtype = dtype_name(value.dtype)
         if dtype_satisfies(actual_dtype, contract.dtype) is not True:
+            conversion = dtype_fix(actual_dtype, contract.dtype)
             raise fail(
-                f"dtype must be {contract.dtype}, got {actual_dtype}", expected=contract.dtype, actual=actual_dtype
+                f"dtype must be {contract.dtype}, got {actual_dtype}",
+                expected=contract.dtype,
+                actual=actual_dtype,
+                hint=None
+                if conversion is None
+                else f"convert it: {name}{conversion[0]}" + (f" ({conversion[1]})" if conversion[1] else ""),
             )
         if _mixes_with(value, contract.dtype, model_dtype):
             model = dtype_name(model_dtype[0])  # type: ignore[index]
@@ -497,3 +511,72 @@ def _check_output(
     if reason:
         return problem(f"output {reason}", wanted, dtype_name(value.dtype))
     return None
+
+
+# --- declared outputs -----------------------------------------------------------------------------------------
+
+
+def check_declared_outputs(checked: CheckedGraph, outputs: Sequence[Any], env: dict[str, Any]) -> None:
+    """Hold each output of a validating call to the contract its graph declares for it (``g.output(...,
+    shape=..., dtype=...)``, ``outputs:`` in a spec). Only what static inference could not prove is left to check:
+    a dim it could not relate to the inputs' symbols, or an op whose output shape is only declared (``module``).
+    Runs once per signature, with the rest of validation; the fast path never calls it.
+
+    Raises:
+        HndlError: E_CONTRACT naming the output, the node that made it, expected against actual and the bindings.
+    """
+    scalars: dict[str, int] | None = None
+    for declared, value in zip(checked.declared_outputs, outputs):
+        if declared is None or declared.proven or not isinstance(value, torch.Tensor):
+            continue
+        if scalars is None:
+            scalars = _scalars(env)
+        expected = declared.expected
+        actual = tuple(value.shape)
+        reason, shown = shape_reason(expected, actual, env, scalars)
+        if reason:
+            written = format_shape(expected.shape)
+            raise _declared_error(
+                declared, f"is declared {written}: {reason}", shown, format_shape(actual), env, actual
+            )
+        got = dtype_name(value.dtype)
+        if dtype_satisfies(got, expected.dtype) is not True:
+            raise _declared_error(declared, f"is declared {expected.dtype}, got {got}", expected.dtype, got, env, None)
+
+
+def _declared_error(
+    declared: DeclaredOutput,
+    message: str,
+    expected: str,
+    actual: str,
+    env: dict[str, Any],
+    shape: tuple[int, ...] | None,
+) -> HndlError:
+    node = declared.node
+    hint = None
+    if shape is not None and declared.expected.shape is not None:
+        try:  # the declared dims, written over the inputs' symbols, as a pattern the call's bindings fill in
+            pattern = ShapePattern.parse(
+                [str(d) if isinstance(d, Variadic) else format_dim(d) for d in declared.expected.shape]
+            )
+        except ValueError:  # a dim inference could not determine ("?"): no pattern to search against
+            pattern = None
+        fix = shape_fix(pattern, shape, env) if pattern is not None else None
+        if fix is not None:
+            named = f"{node.op} '{node.qualname}'" if node is not None else "it"
+            hint = node_hint(fix, where=f"after {named}")
+    hint = hint or "change the graph so that it makes what the output declares, or declare what it makes"
+    return HndlError(
+        Problem(
+            "E_CONTRACT",
+            f"output '{declared.label}' {message}",
+            node=node.qualname if node is not None else declared.label,
+            op=node.op if node is not None else "output",
+            port=declared.label,
+            expected=expected,
+            actual=actual,
+            location=declared.location,
+            bindings=dict(env) or None,
+            hint=hint,
+        )
+    )

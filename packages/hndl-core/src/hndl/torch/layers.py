@@ -7,6 +7,8 @@ beyond plain attributes, so the layers trace, compile and vmap like hand-written
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -19,11 +21,16 @@ __all__ = [
     "Add",
     "Attention",
     "AttentionMask",
+    "Binary",
+    "Cast",
     "Concat",
     "CrossAttention",
+    "DropPath",
+    "FixedTensor",
     "GRU",
     "LSTM",
     "Expand",
+    "LayerNorm2d",
     "LearnedTensor",
     "MatMul",
     "Mean",
@@ -36,11 +43,15 @@ __all__ = [
     "Rotary",
     "SDPA",
     "Scale",
+    "ScalarTensor",
     "Select",
     "SelfAttention",
     "Slice",
     "Split",
+    "TensorScalar",
     "Transpose",
+    "Unary",
+    "Where",
 ]
 
 
@@ -56,6 +67,166 @@ class Mul(nn.Module):
 
     def forward(self, a: Tensor, b: Tensor) -> Tensor:
         return a * b
+
+
+def function(name: str) -> Callable[..., Any]:
+    """The function a dotted name refers to, in torch or Python's :mod:`operator` module: ``"torch.exp"``,
+    ``"torch.nn.functional.hardswish"``, ``"operator.sub"``.
+
+    Raises:
+        ValueError: for any other name.
+    """
+    root_name, _, path = name.partition(".")
+    roots = {"torch": torch, "operator": operator}
+    if root_name not in roots or not path:
+        raise ValueError(f"{name!r} is not a function of torch or operator")
+    found: Any = roots[root_name]
+    try:
+        for part in path.split("."):
+            found = getattr(found, part)
+    except AttributeError:
+        raise ValueError(f"{name!r} is not a function of torch or operator") from None
+    if not callable(found):
+        raise ValueError(f"{name!r} is not a function")
+    return found
+
+
+class Unary(nn.Module):
+    """``fn(x, **kwargs)`` for a function of one tensor named at construction: ``Unary("torch.exp")``,
+    ``Unary("torch.roll", shifts=(3,), dims=(1,))``. The name stays readable as ``function``."""
+
+    def __init__(self, function_name: str, **kwargs: Any) -> None:
+        super().__init__()
+        self.function = function_name
+        self.fn = function(function_name)
+        self.kwargs = kwargs
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fn(x, **self.kwargs)
+
+    def extra_repr(self) -> str:
+        return ", ".join([self.function, *(f"{k}={v!r}" for k, v in self.kwargs.items())])
+
+
+class Binary(nn.Module):
+    """``fn(a, b)`` for a function of two tensors named at construction: ``Binary("torch.sub")``."""
+
+    def __init__(self, function_name: str) -> None:
+        super().__init__()
+        self.function = function_name
+        self.fn = function(function_name)
+
+    def forward(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.fn(a, b)
+
+    def extra_repr(self) -> str:
+        return self.function
+
+
+class TensorScalar(nn.Module):
+    """``fn(x, scalar)``: a binary function with a number as its right operand (``TensorScalar("operator.sub",
+    1)`` is ``x - 1``). The number promotes as a Python number does in torch."""
+
+    def __init__(self, function_name: str, scalar: float) -> None:
+        super().__init__()
+        self.function = function_name
+        self.fn = function(function_name)
+        self.scalar = scalar
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fn(x, self.scalar)
+
+    def extra_repr(self) -> str:
+        return f"{self.function}, scalar={self.scalar!r}"
+
+
+class ScalarTensor(nn.Module):
+    """``fn(scalar, x)``: a binary function with a number as its left operand (``ScalarTensor("operator.sub",
+    1)`` is ``1 - x``, which torch runs as ``torch.rsub(x, 1)``)."""
+
+    def __init__(self, function_name: str, scalar: float) -> None:
+        super().__init__()
+        self.function = function_name
+        self.fn = function(function_name)
+        self.scalar = scalar
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fn(self.scalar, x)
+
+    def extra_repr(self) -> str:
+        return f"{self.function}, scalar={self.scalar!r}"
+
+
+class Where(nn.Module):
+    """``torch.where(condition, a, b)``; ``a`` or ``b`` given at construction is a number and is not passed:
+    the inputs are then ``(condition, the other branch)`` or ``(condition,)``."""
+
+    def __init__(self, a: float | None = None, b: float | None = None) -> None:
+        super().__init__()
+        self.a = a
+        self.b = b
+
+    def forward(self, condition: Tensor, x: Tensor | None = None, y: Tensor | None = None) -> Tensor:
+        if self.a is None:
+            return torch.where(condition, x, y if self.b is None else self.b)  # type: ignore[arg-type]
+        return torch.where(condition, self.a, x if self.b is None else self.b)  # type: ignore[arg-type]
+
+    def extra_repr(self) -> str:
+        return f"a={self.a!r}, b={self.b!r}"
+
+
+class Cast(nn.Module):
+    """``x.to(dtype)``: the input itself when it already has that dtype, as ``Tensor.to`` does."""
+
+    def __init__(self, dtype: str | torch.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype).removeprefix("torch."))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.to(self.dtype)
+
+    def extra_repr(self) -> str:
+        return f"dtype={self.dtype}"
+
+
+class DropPath(nn.Module):
+    """Stochastic depth (torchvision's ``StochasticDepth``, timm's ``DropPath``): in training mode, zero whole
+    samples (``mode="row"``) or the whole batch (``"batch"``) with probability ``p`` and scale what is kept by
+    ``1 / (1 - p)``; the input itself in eval mode or with ``p`` 0. Draws the same random numbers as
+    ``torchvision.ops.stochastic_depth``, so with the same seed the two agree bit for bit."""
+
+    def __init__(self, p: float, mode: str = "row") -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"drop probability has to be between 0 and 1, but got {p}")
+        if mode not in ("row", "batch"):
+            raise ValueError(f"mode has to be either 'batch' or 'row', but got {mode}")
+        self.p = p
+        self.mode = mode
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        survival = 1.0 - self.p
+        size = [x.shape[0]] + [1] * (x.ndim - 1) if self.mode == "row" else [1] * x.ndim
+        noise = torch.empty(size, dtype=x.dtype, device=x.device).bernoulli_(survival)
+        if survival > 0.0:
+            noise.div_(survival)
+        return x * noise
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, mode={self.mode!r}"
+
+
+class LayerNorm2d(nn.LayerNorm):
+    """Layer normalisation of ``[N, C, H, W]`` over the channels, as torchvision's ConvNeXt (and timm) compute
+    it: moved channels-last, ``F.layer_norm``, moved back. Its parameters are ``nn.LayerNorm``'s (``weight``,
+    ``bias`` of shape ``[C]``), so a ``LayerNorm2d`` state_dict loads as it is."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x.permute(0, 2, 3, 1)
+        x = F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
 
 
 class MatMul(nn.Module):
@@ -286,15 +457,16 @@ class CrossAttention(nn.Module):
 
 class LearnedTensor(nn.Module):
     """A learned tensor of a fixed shape, returned by ``forward()`` (no inputs): a class token, a position
-    embedding. Held as ``weight``; ``init`` is ``zeros``, ``ones``, ``normal`` or ``trunc_normal`` (normal
-    with ``std``, cut at two standard deviations)."""
+    embedding, a layer scale. Held as ``weight``; ``init`` is ``zeros``, ``ones``, ``full`` (every element
+    ``value``), ``normal`` or ``trunc_normal`` (normal with ``std``, cut at two standard deviations)."""
 
-    def __init__(self, shape: list[int], init: str = "normal", std: float = 0.02) -> None:
+    def __init__(self, shape: list[int], init: str = "normal", std: float = 0.02, value: float = 0.0) -> None:
         super().__init__()
-        if init not in ("zeros", "ones", "normal", "trunc_normal"):
+        if init not in ("zeros", "ones", "full", "normal", "trunc_normal"):
             raise ValueError(f"unknown init {init!r}")
         self.init = init
         self.std = std
+        self.value = value
         self.weight = nn.Parameter(torch.empty(shape))
         self.reset_parameters()
 
@@ -304,6 +476,8 @@ class LearnedTensor(nn.Module):
                 self.weight.zero_()
             elif self.init == "ones":
                 self.weight.fill_(1.0)
+            elif self.init == "full":
+                self.weight.fill_(self.value)
             elif self.init == "normal":
                 self.weight.normal_(0.0, self.std)
             else:
@@ -313,7 +487,26 @@ class LearnedTensor(nn.Module):
         return self.weight
 
     def extra_repr(self) -> str:
-        return f"shape={list(self.weight.shape)}, init={self.init!r}, std={self.std}"
+        what = f"value={self.value}" if self.init == "full" else f"std={self.std}"
+        return f"shape={list(self.weight.shape)}, init={self.init!r}, {what}"
+
+
+class FixedTensor(nn.Module):
+    """A constant tensor, registered as the buffer ``value`` and returned by ``forward()`` (no inputs): a
+    position table, an index, a mask. It moves with ``.to()`` and is in the ``state_dict`` when
+    ``persistent``, like any buffer; the optimiser never sees it."""
+
+    def __init__(self, value: Tensor, persistent: bool = True) -> None:
+        super().__init__()
+        self.register_buffer("value", value, persistent=persistent)
+
+    value: Tensor
+
+    def forward(self) -> Tensor:
+        return self.value
+
+    def extra_repr(self) -> str:
+        return f"shape={list(self.value.shape)}, dtype={self.value.dtype}"
 
 
 class Positions(nn.Module):

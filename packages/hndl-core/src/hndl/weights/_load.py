@@ -248,7 +248,7 @@ def _plan_keys(
                     op=slot.op,
                     expected=candidates[0],
                     actual="missing",
-                    hint=suggestion(candidates[0], spare) if spare else None,
+                    hint=suggestion(candidates[0], spare, keys=True) if spare else None,
                 )
             )
     unexpected: list[str] = []
@@ -258,7 +258,7 @@ def _plan_keys(
         if not strict:
             continue
         entry = entries[key]
-        hint = suggestion(key, candidates_of_missing) or (
+        hint = suggestion(key, candidates_of_missing, keys=True) or (
             f"a rule makes it {renamed!r}, which the model does not have" if renamed else None
         )
         problems.append(

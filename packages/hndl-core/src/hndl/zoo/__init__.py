@@ -244,7 +244,7 @@ def from_pretrained(path: str | os.PathLike[str], **overrides: Any) -> GraphModu
     """
     from pathlib import Path
 
-    from .. import build
+    from ..torch import build_module as build
     from ._pretrained import PRETRAINED, read_config
     from ._weights import load_reference_state_dict as load
 

@@ -107,6 +107,15 @@ TRIGGERS: dict[str, tuple[Trigger, ...]] = {
             "hndl.func.functional_call",
         ),
     ),
+    "E_IMPORT": (
+        Trigger(
+            "class Doubles(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        x.mul_(2)  # changes the caller's tensor\n"
+            "        return x\n\n"
+            "hndl.from_module(Doubles(), torch.randn(2, 3))\n"
+        ),
+    ),
 }
 
 FIXES: dict[str, str] = {
@@ -133,6 +142,10 @@ FIXES: dict[str, str] = {
     "state, restore what the build made (or rebuild the model from its graph).",
     "E_PARAMS": "Pass a dict whose keys and shapes match `model.state_dict()` (see the "
     "[torch.func recipes](../func.md)); `strict=True` also requires every key.",
+    "E_IMPORT": "Change what the message names in the module's forward (each problem gives the layer, its class and "
+    "the source line): branch on shapes, not on tensor values; write `x = x * 2`, not `x.mul_(2)`, on an input; "
+    "give dynamic dims an example size of 2 or more. An operation hndl has no op for waits on that op (see "
+    "[importing a module](../import.md)).",
 }
 
 

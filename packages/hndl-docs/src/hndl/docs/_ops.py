@@ -43,7 +43,12 @@ def index_page(ops: Sequence[OpDef]) -> str:
     for o in ops:
         where = "built-in" if origin(o).startswith("hndl.") else f"plugin `{origin(o)}`"
         rows.append(
-            [f"[`{o.name}`]({page_name(o.name)}.md)", o.summary or "(no docstring)", code(o.module or "?"), where]
+            [
+                f"[`{o.name}`]({page_name(o.name)}.md)",
+                formulas_as_code(o.summary) if o.summary else "(no docstring)",
+                code(o.module or "?"),
+                where,
+            ]
         )
     out.append(table(["op", "summary", "builds", "from"], rows))
     out.append("\n```{toctree}\n:hidden:\n\n")
@@ -54,7 +59,7 @@ def index_page(ops: Sequence[OpDef]) -> str:
 
 def op_page(o: OpDef) -> str:
     out = [HEADER, f"# `{o.name}`\n\n"]
-    doc = o.doc.strip()
+    doc = formulas_as_code(o.doc.strip())
     out.append(f"{doc}\n\n" if doc else "*This op's builder has no docstring.*\n\n")
     out.append(f"- **Builds:** {code(o.module) if o.module else 'not declared'}\n")
     out.append(f"- **Registered by:** `{origin(o)}`\n\n")
@@ -76,19 +81,22 @@ def op_page(o: OpDef) -> str:
         "\nNames in a shape are symbols bound per call, or the op's parameters (and values derived from them).\n"
     )
     out.append("\n## Inference\n\n")
-    out.append(o.describe_inference().strip() + "\n")
+    out.append(formulas_as_code(o.describe_inference().strip()) + "\n")
     out.append("\n## Example\n\n")
     out.append(example_section(o))
+    if o.error_example is not None:
+        out.append("\n## A mistake it catches\n\n")
+        out.append(error_section(o))
     return "".join(out)
 
 
 def _param_row(p: Param) -> list[str]:
     return [
         code(p.name),
-        f"`{p.type.name}`: {p.type.description}",
+        f"`{p.type.name}`: {formulas_as_code(p.type.description)}",
         p.describe_default(),
         p.describe_constraints(),
-        p.doc,
+        formulas_as_code(p.doc),
     ]
 
 
@@ -96,7 +104,67 @@ def _port_row(direction: str, p: Port) -> list[str]:
     shape = code(str(ShapePattern.parse(p.shape))) if p.shape is not None else "any"
     name = code(p.name) + (" (one or more)" if p.variadic else "") + (" (optional)" if p.optional else "")
     name += f" (when {p.when})" if p.when is not None else ""
-    return [name, direction, shape, code(p.dtype), p.doc]
+    name += f" (or a number: parameter `{p.name}`)" if p.scalar else ""
+    return [name, direction, shape, code(p.dtype), formulas_as_code(p.doc)]
+
+
+# --- formulas in prose ----------------------------------------------------------------------------------------
+
+# An operand: a name or number (``kernel_h``, ``2``, ``torch.matmul``), optionally indexed (``pad[2i]``) or called
+# (``floor(dim*scale)``); a parenthesised group without spaces (``(kernel_h-1)``); or a bracketed shape, spaces
+# allowed (``[N, C*H*W]``, ``[..., n, k]``).
+_NAME = r"[A-Za-z0-9_.]+(?:\[[^\[\]\s]*\]|\((?:[^()\s]|\([^()\s]*\))*\))?"
+_GROUP = r"\((?:[^()\s]|\([^()\s]*\))*\)"
+_SHAPE = r"\[(?:[^\[\]]|\[[^\[\]]*\])*\]"
+_OPERAND = f"(?:{_NAME}|{_GROUP}|{_SHAPE})"
+# Operators: spaced or not (``4*T // 4 = T``, ``[..] -> [..]``, ``num_layers >= 2``); a minus only unspaced, so a
+# dash in prose is not one.
+_OPERATOR = r"(?:\s*(?://|->|>=|<=|[*/+@%=])\s*|-)"
+_FORMULA = re.compile(f"{_OPERAND}(?:{_OPERATOR}{_OPERAND})*")
+_CODE_SPAN = re.compile(r"(`+).+?\1")
+
+
+def formulas_as_code(text: str) -> str:
+    """``text`` (Markdown prose) with every formula in it as inline code: shapes (``[N, C*H*W]``), arithmetic
+    (``(H+2*padding_h-kernel_h)//stride_h+1``, ``D//2``, ``T-1``), comparisons (``num_layers >= 2``) and
+    indexing (``dims[i]``). Markdown reads ``*`` as emphasis, so ``[N, C*H*W]`` showed as ``[N, CHW]`` with
+    ``H`` in italics; a ``*`` left outside code afterwards is escaped. Code spans already in ``text`` are kept."""
+    out: list[str] = []
+    last = 0
+    for span in _CODE_SPAN.finditer(text):
+        out.append(_wrap_formulas(text[last : span.start()]))
+        out.append(span.group(0))
+        last = span.end()
+    out.append(_wrap_formulas(text[last:]))
+    return "".join(out)
+
+
+def _wrap_formulas(prose: str) -> str:
+    out: list[str] = []
+    last = 0
+    for match in _FORMULA.finditer(prose):
+        out.append(_escaped(prose[last : match.start()]))
+        found = match.group(0)
+        if _is_formula(found):
+            stripped = found.rstrip(".")  # a sentence's full stop is not part of it
+            out.append(code(stripped) + found[len(stripped) :])
+        else:
+            out.append(_escaped(found))
+        last = match.end()
+    out.append(_escaped(prose[last:]))
+    return "".join(out)
+
+
+def _escaped(prose: str) -> str:
+    """Prose with each ``*`` escaped: one that no formula took must not start emphasis either."""
+    return prose.replace("*", "\\*")
+
+
+def _is_formula(text: str) -> bool:
+    if any(ch in text for ch in "[*/+=@%") or "->" in text or ">=" in text or "<=" in text:
+        return True
+    # T-1 is arithmetic; 1-d and 2-d are words.
+    return "-" in text and any(ch.isdigit() for ch in text) and not re.fullmatch(r"[\d-]+|\d+-[a-z]+", text)
 
 
 # --- the example -------------------------------------------------------------------------------------------
@@ -121,8 +189,8 @@ def build_example(o: OpDef) -> dict[str, Any]:
     shape = list(o.input_shape_example if o.input_shape_example is not None else DEFAULT_INPUT_SHAPE)
     graph_params = [p.name for p in o.params if p.type.name == "graph"]
     inputs: list[tuple[str, dict[str, Any]]] = []
-    # the ports this example's parameters open, without the optional ones
-    ports_used = [p for p in o.inputs if not p.optional and (p.when is None or node.get(p.when) is True)]
+    # the ports this example's parameters open (a number may stand for one), without the optional ones
+    ports_used = [p for p in o.active_inputs(node) if not p.optional]
     for port in ports_used:
         contract: dict[str, Any] = {"shape": shape}
         dtype = _example_dtype(port.dtype)
@@ -162,7 +230,7 @@ def build_example(o: OpDef) -> dict[str, Any]:
         py.append(f"g.output(g.add({o.name!r}{args}, name={name!r}{kwargs}))\n")
     else:
         py.append(f"node = g.add({o.name!r}{args}, name={name!r}{kwargs})\n")
-        py.append("g.output(" + ", ".join(f"node[{int(p) if p.isdigit() else p!r}]" for p in ports) + ")\n")
+        py.append("g.output([" + ", ".join(f"node[{int(p) if p.isdigit() else p!r}]" for p in ports) + "])\n")
     if block is not None:
         sub = []
         for gname in sorted({str(node.get(p, "block")) for p in graph_params}):
@@ -182,7 +250,7 @@ def build_example(o: OpDef) -> dict[str, Any]:
         for gname in sorted({str(node.get(p, "block")) for p in graph_params}):
             g.add_subgraph(_example_block_graph(gname, shape))
         handle = g.add(o.name, *handles, name=name, **node)
-        g.output(*([handle] if len(outs) == 1 else [handle[p] for p in ports]))
+        g.output(handle if len(outs) == 1 else [handle[p] for p in ports])
         checked = hndl.check(g)
         cn = checked.nodes[-1]
         names = o.output_names(cn.params)
@@ -190,6 +258,46 @@ def build_example(o: OpDef) -> dict[str, Any]:
     except hndl.HndlError as exc:
         error = str(exc)
     return {"yaml": "".join(lines), "python": "".join(py), "error": error, "outputs": outputs}
+
+
+def error_section(o: OpDef) -> str:
+    """The op's declared error example (:attr:`hndl.OpDef.error_example`) and the message hndl gives it."""
+    ex = build_error_example(o)
+    out = ["```yaml\n", ex["yaml"], "```\n\n"]
+    if ex["error"] is None:
+        out.append("**This example checks, though it is declared as a mistake.**\n")
+    else:
+        out.append("```text\n" + ex["error"] + "\n```\n")
+    return "".join(out)
+
+
+def build_error_example(o: OpDef) -> dict[str, Any]:
+    """The op's error example as spec text, and the message checking it gives (``None`` if it checks)."""
+    declared = o.error_example or {}
+    params = dict(declared.get("params", {}))
+    contracts: list[dict[str, Any]] = [
+        dict(c) if isinstance(c, dict) else {"shape": list(c)} for c in declared.get("inputs", [])
+    ]
+    name = page_name(o.name) if page_name(o.name)[0].isalpha() else "node"
+    names = [f"x{i}" if len(contracts) > 1 else "x" for i in range(len(contracts))]
+    if name in names:
+        name = f"{name}_node"
+    written: dict[str, Any] = {"op": o.name}
+    if names:
+        written["in"] = names[0] if len(names) == 1 else names
+    written.update(params)
+    lines = ["hndl: 1\n", f"name: {name}_mistake\n", "inputs:\n" if names else "inputs: {}\n"]
+    lines += [f"  {n}: {flow(c)}\n" for n, c in zip(names, contracts)]
+    lines += ["nodes:\n", f"  {name}: {flow(written)}\n", f"outputs: [{name}]\n"]
+    error: str | None = None
+    try:
+        g = hndl.Graph(f"{name}_mistake")
+        handles = [g.input(n, tuple(c["shape"]), dtype=c.get("dtype")) for n, c in zip(names, contracts)]
+        g.output(g.add(o.name, *handles, name=name, **params))
+        hndl.check(g)
+    except hndl.HndlError as exc:
+        error = str(exc)
+    return {"yaml": "".join(lines), "error": error}
 
 
 def _example_dtype(rule: str) -> str | None:

@@ -16,7 +16,7 @@ from hndl.naming import dtype_name
 from hndl.torch import GraphModule
 
 from ._functional import functional_call
-from ._stack_signatures import PASSED_STACKS, stack_signature
+from ._stack_signatures import KNOWN_STACKS, PASSED_STACKS, stack_signature
 
 __all__ = ["ensemble_call", "stack"]
 
@@ -94,9 +94,9 @@ def ensemble_call(
     For a GraphModule ``base`` the stack is checked once per *stack signature*: the names of ``params`` and
     ``buffers``, each stacked tensor's shape, dtype and device, and the base's state version (a registration
     or a conversion of ``base`` changes it). A signature whose call passed is remembered per base (weakly; no
-    tensor is kept); a known one costs a tuple build and a dict lookup before ``vmap`` of
-    :func:`torch.func.functional_call` runs, and any change to the stack is a new signature, checked on the
-    next call. As with :func:`torch.func.functional_call`, the stacked tensors are swapped into ``base`` for
+    tensor is kept), and the last few stacks also as PyTorch's C++ tensor guard: a known one costs two
+    key-tuple compares and one C++ pass over the tensors before ``vmap`` of :func:`torch.func.functional_call`
+    runs, and any change to the stack is a new signature, checked on the next call. As with :func:`torch.func.functional_call`, the stacked tensors are swapped into ``base`` for
     the call, so one base must not be called from two threads at once.
 
     Args:
@@ -120,10 +120,17 @@ def ensemble_call(
     inputs = x if isinstance(x, tuple) else (x,)
     dims = in_dims if isinstance(in_dims, tuple) else (in_dims,) * len(inputs)
     # Only a GraphModule base has a state version that moves with every registration, which a remembered
-    # verdict needs; any other base is checked on every call.
-    signature = stack_signature(params, buffers) if isinstance(base, GraphModule) else None
-    version = base.state_version if signature is not None else None
-    known = signature is not None and PASSED_STACKS.known(base, version, signature)
+    # verdict needs; any other base is checked on every call. The tensor guard of a recent stack answers first
+    # (one C++ pass); the signature record, which a guard's stricter comparison may miss, second.
+    remembered = isinstance(base, GraphModule) and type(params) is dict and type(buffers) is dict
+    version = base.state_version if remembered else None
+    known = remembered and KNOWN_STACKS.known(base, version, params, buffers)  # type: ignore[arg-type]
+    signature = None
+    if remembered and not known:
+        signature = stack_signature(params, buffers)
+        known = signature is not None and PASSED_STACKS.known(base, version, signature)
+        if known:
+            KNOWN_STACKS.remember(base, version, params, buffers)  # type: ignore[arg-type]
     if not known:
         _check_stack(base, params, buffers)
     # A known stack fixes every member's names, shapes and dtypes, which is all functional_call's check looks
@@ -137,6 +144,7 @@ def ensemble_call(
     out = vmap(member, in_dims=(0, 0, *dims), randomness=randomness)(params, buffers, *inputs)
     if signature is not None and not known:
         PASSED_STACKS.remember(base, version, signature)
+        KNOWN_STACKS.remember(base, version, params, buffers)  # type: ignore[arg-type]
     return out
 
 

@@ -1,0 +1,166 @@
+"""torch.export's symbolic sizes as hndl dims.
+
+torch.export writes a dynamic size as a sympy expression over its own symbols (``s77``, ``2*s77``,
+``((s53 - 1)//2) + 1``). The importer names each symbol after the ``Dim`` the caller gave for it (``B``), or after
+the input and axis it first appears on (``x_dim2``) for a dim made dynamic without a name (``Dim.AUTO``). A size
+then reads as an int, a symbol name or an expression text in hndl's dim syntax, and evaluates to the example's
+number, which is how the importer holds hndl's inferred shapes to the traced ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["Symbols", "NotExpressible"]
+
+
+class NotExpressible(ValueError):
+    """A traced size that hndl's dim syntax cannot write (a ``Mod``, a ``Max``, a data-dependent size)."""
+
+
+class Symbols:
+    """The names and example values of the traced symbols.
+
+    Args:
+        names: torch's symbol -> hndl symbol name.
+        hints: torch's symbol -> its value in the example inputs.
+    """
+
+    def __init__(self, names: Mapping[Any, str], hints: Mapping[Any, int]) -> None:
+        self.names = dict(names)
+        self.hints = dict(hints)
+
+    @staticmethod
+    def expr(size: Any) -> Any:
+        """A size as a sympy expression or an int (``SymInt`` -> its expression)."""
+        node = getattr(size, "node", None)
+        if node is not None:
+            return node.expr
+        return int(size)
+
+    def value(self, size: Any) -> int:
+        """The size's value in the example inputs."""
+        e = self.expr(size)
+        if isinstance(e, int):
+            return e
+        try:
+            return int(e.xreplace({s: self.hints[s] for s in e.free_symbols}))
+        except (KeyError, TypeError) as exc:
+            raise NotExpressible(f"size {e} has no example value") from exc
+
+    def entry(self, size: Any) -> int | str:
+        """The size as a shape entry: an int, a symbol name, or an expression (``2*B``, ``(H-1)//2+1``)."""
+        e = self.expr(size)
+        if isinstance(e, int):
+            return e
+        return self._text(e, top=True)
+
+    def plain(self, size: Any) -> int | str | None:
+        """The size as an int or a bare symbol name, or ``None`` when it is an expression."""
+        e = self.expr(size)
+        if isinstance(e, int):
+            return e
+        if e.is_Integer:
+            return int(e)
+        if e.is_Symbol:
+            return self._name(e)
+        return None
+
+    def shape(self, tensor: Any) -> list[int | str]:
+        return [self.entry(s) for s in tensor.shape]
+
+    def values(self, tensor: Any) -> list[int]:
+        return [self.value(s) for s in tensor.shape]
+
+    def same(self, a: Any, b: Any) -> bool:
+        """Whether two sizes are the same expression (not merely equal in the example)."""
+        ea, eb = self.expr(a), self.expr(b)
+        if isinstance(ea, int) or isinstance(eb, int):
+            try:
+                return bool(int(ea) == int(eb))
+            except TypeError:
+                return False
+        return bool(ea == eb)
+
+    def _name(self, sym: Any) -> str:
+        try:
+            return self.names[sym]
+        except KeyError:
+            raise NotExpressible(f"symbol {sym} is not a dim of an input (a size computed from data)") from None
+
+    def _text(self, e: Any, top: bool = False) -> str:
+        from torch.utils._sympy.functions import FloorDiv
+
+        if e.is_Integer:
+            return str(int(e))
+        if e.is_Symbol:
+            return self._name(e)
+        if e.is_Add:
+            terms = sorted(e.args, key=lambda t: (t.is_Number, str(t)))
+            text = ""
+            for t in terms:
+                part = self._text(t)
+                if part.startswith("-"):
+                    text += part
+                else:
+                    text += ("+" if text else "") + part
+            return text if top else f"({text})"
+        if e.is_Mul:
+            factors = sorted(e.args, key=lambda t: (not t.is_Number, str(t)))
+            if factors[0] == -1:
+                return "-" + "*".join(self._text(f) for f in factors[1:])
+            return "*".join(self._text(f) for f in factors)
+        if isinstance(e, FloorDiv):
+            base, divisor = e.args
+            text = f"{self._text(base)}//{self._text(divisor)}"
+            return text if top else f"({text})"
+        raise NotExpressible(f"size {e} cannot be written as an hndl dim (only +, * and // are)")
+
+
+def name_symbols(placeholders: Sequence[tuple[str, Any]], specs: Sequence[Any], example: Sequence[Any]) -> Symbols:
+    """The hndl names of the symbols in the inputs' traced shapes.
+
+    Args:
+        placeholders: ``(input name, traced value)`` of each user input, in order.
+        specs: each input's ``dynamic_shapes`` entry as torch.export takes it (``None``, ``{axis: Dim}``, or a
+            list/tuple per axis), in the same order.
+        example: the example tensors, for the symbols' values.
+    """
+    names: dict[Any, str] = {}
+    hints: dict[Any, int] = {}
+    taken: set[str] = set()
+    for (input_name, value), spec, tensor in zip(placeholders, specs, example, strict=True):
+        shape = getattr(value, "shape", None)
+        if shape is None:
+            continue
+        axes = _axes(spec)
+        for axis, size in enumerate(shape):
+            e = Symbols.expr(size)
+            if isinstance(e, int) or not e.is_Symbol:
+                continue
+            hints.setdefault(e, int(tensor.shape[axis]))
+            if e in names:
+                continue
+            name = _dim_name(axes.get(axis)) or f"{input_name}_dim{axis}"
+            while name in taken:  # two different torch symbols must not share a name
+                name += "_"
+            names[e] = name
+            taken.add(name)
+    return Symbols(names, hints)
+
+
+def _axes(spec: Any) -> dict[int, Any]:
+    if isinstance(spec, Mapping):
+        return {int(k): v for k, v in spec.items()}
+    if isinstance(spec, (list, tuple)):
+        return dict(enumerate(spec))
+    return {}
+
+
+def _dim_name(dim: Any) -> str | None:
+    """The name of a ``torch.export.Dim`` (``Dim("B")`` -> ``"B"``), or None for ``Dim.AUTO`` and the like."""
+    name = getattr(dim, "__name__", None)
+    if isinstance(name, str) and name.isidentifier() and not name.startswith("_"):
+        return name
+    return None

@@ -1,0 +1,247 @@
+"""Tracing an ``nn.Module`` with torch.export, and its failures as hndl problems.
+
+The module is traced by ``torch.export.export`` (non-strict), in eval mode. Each traced node says which layer
+calls it ran inside (``nn_module_stack``), and for the layers that may become one node each (those with a row,
+and those the importer rebuilds as ``module`` nodes) the trace preserves the call signature: which graph values
+each call took and gave (``module_call_graph``). That is all the structure the importer needs; no tracer of
+hndl's own runs.
+
+Two kinds of layer are traced in training mode instead (their ``training`` flag is set for the trace and put
+back after): layers with no children and no table row whose ``forward`` reads ``self.training``, such as
+torchvision's ``StochasticDepth``. In eval mode such a layer is often the identity and leaves no node behind, so
+the importer could not tell where it sits; traced in training mode it does, and the importer rebuilds it as a
+``module`` node whatever its trace says, so the mode of the trace does not decide what the graph computes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import linecache
+import os
+import re
+import sys
+import sysconfig
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
+from types import TracebackType
+from typing import Any
+
+from .._errors import HndlError, Problem
+
+__all__ = ["Traced", "cut", "node_location", "reads_training", "source_line", "trace", "tracing_error"]
+
+_TRAINING = re.compile(r"\btraining\b")
+
+
+@dataclass
+class Traced:
+    """What the trace gave: the exported program, the traced module, and which layers were traced in training
+    mode."""
+
+    program: Any
+    module: Any
+    in_training: frozenset[str]
+
+
+def trace(
+    module: Any, args: tuple[Any, ...], dynamic_shapes: Any, in_training: frozenset[str], preserve: frozenset[str]
+) -> Traced:
+    """Export ``module`` on ``args``; a failure is an ``E_IMPORT`` naming the module and the source line.
+
+    Args:
+        in_training: paths of the layers to trace in training mode (the rest is traced in eval mode).
+        preserve: paths of the layers whose call signatures the trace keeps (what each call took and gave).
+            Only the layers that may become one node need one: keeping every layer's made DenseNet-121's trace
+            three times slower (a ``_DenseLayer`` takes a growing list of tensors).
+    """
+    import torch
+
+    paths = tuple(sorted(preserve))
+    # torch.export prints the partial graph of a failed trace to stderr; the E_IMPORT problem says what went wrong,
+    # so that dump is dropped and everything else written meanwhile (warnings) is passed on.
+    captured = io.StringIO()
+    failure: BaseException | None = None
+    with _modes(module, in_training), contextlib.redirect_stderr(captured):
+        try:
+            program = torch.export.export(
+                module,
+                args,
+                dynamic_shapes=dynamic_shapes,
+                strict=False,
+                preserve_module_call_signature=paths,
+            )
+        except Exception as exc:
+            failure = exc
+    text = captured.getvalue()
+    partial = getattr(failure, "partial_fx_graph", None)
+    if isinstance(partial, str) and partial:
+        text = text.replace(partial + "\n", "")
+    if text.strip():
+        sys.stderr.write(text)
+    if failure is not None:
+        if isinstance(failure, HndlError):
+            raise failure
+        raise tracing_error(failure, module) from failure
+    return Traced(program, module, in_training)
+
+
+@contextmanager
+def _modes(module: Any, in_training: frozenset[str]) -> Iterator[None]:
+    """Eval mode for the trace (training mode for ``in_training``); every module's flag restored after."""
+    saved = [(m, m.training) for m in module.modules()]
+    try:
+        module.eval()
+        for path in in_training:
+            module.get_submodule(path).training = True
+        yield
+    finally:
+        for m, flag in saved:
+            m.training = flag
+
+
+@cache
+def _forward_reads_training(cls: Any) -> bool:
+    """Whether ``cls.forward``'s source mentions ``training`` (unknown source counts as yes)."""
+    try:
+        source = inspect.getsource(cls.forward)
+    except (OSError, TypeError):
+        return True
+    return bool(_TRAINING.search(source))
+
+
+def reads_training(module: Any) -> bool:
+    """Whether ``module``'s class has a forward that reads ``self.training`` (by its source text)."""
+    cls: Any = type(module)
+    return _forward_reads_training(cls)
+
+
+# --- failures -------------------------------------------------------------------------------------------------
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Directories whose frames are not the user's: torch, hndl and the standard library."""
+    import torch
+
+    dirs = [os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__))]
+    for key in ("stdlib", "platstdlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            dirs.append(path)
+    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
+
+
+def _user_frames(tb: TracebackType | None) -> list[tuple[Any, int]]:
+    """The traceback's frames (outermost first) whose code is not torch's, hndl's or Python's own."""
+    library = _library_dirs()
+    frames = []
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not filename.startswith("<") and not os.path.realpath(filename).startswith(library):
+            frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    return frames
+
+
+def source_line(filename: str, lineno: int) -> str:
+    """``file:line`` (the path as Python knows it)."""
+    return f"{filename}:{lineno}"
+
+
+def _module_of(frames: Sequence[tuple[Any, int]], paths: dict[int, str]) -> tuple[str, str] | None:
+    """The innermost (path, class name) whose ``forward`` is among ``frames``."""
+    for frame, _ in reversed(frames):
+        owner = frame.f_locals.get("self")
+        if owner is not None and id(owner) in paths:
+            return paths[id(owner)] or "<root>", type(owner).__name__
+    return None
+
+
+_HINTS = (
+    (
+        "GuardOnDataDependentSymNode",
+        "the forward branches on (or sizes a tensor by) a tensor's values; a graph's structure may depend on "
+        "shapes only: compute both branches and select with a mask, or move the branch out of forward",
+    ),
+    (
+        "data-dependent",
+        "the forward branches on (or sizes a tensor by) a tensor's values; a graph's structure may depend on "
+        "shapes only: compute both branches and select with a mask, or move the branch out of forward",
+    ),
+    (
+        "Constraints violated",
+        "the model does not work for every size of a dim marked dynamic: give the dim a range (Dim('T', max=512)) "
+        "or leave it static",
+    ),
+)
+
+
+def tracing_error(exc: BaseException, module: Any) -> HndlError:
+    """``exc`` from torch.export as one ``E_IMPORT`` problem: the module whose forward was running, the user's
+    source line, the first lines of torch's message, and a hint for the usual causes."""
+    frames = _user_frames(exc.__traceback__)
+    paths = {id(m): name for name, m in module.named_modules()}
+    owner = _module_of(frames, paths)
+    location = None
+    code = ""
+    if frames:
+        frame, lineno = frames[-1]
+        location = source_line(frame.f_code.co_filename, lineno)
+        code = linecache.getline(frame.f_code.co_filename, lineno).strip()
+    text = str(exc).strip()
+    first = " ".join(text.splitlines()[:2]) if text else type(exc).__name__
+    message = f"torch.export could not trace the module: {type(exc).__name__}: {cut(first, 300)}"
+    if code:
+        message += f" (at `{cut(code, 120)}`)"
+    hint = next((h for key, h in _HINTS if key in type(exc).__name__ or key in text), None)
+    suggested = _suggested_fixes(text)
+    if suggested:
+        hint = f"{hint}; torch suggests: {suggested}" if hint else f"torch suggests: {suggested}"
+    return HndlError(
+        Problem(
+            "E_IMPORT",
+            message,
+            node=owner[0] if owner else None,
+            op=owner[1] if owner else None,
+            location=location,
+            hint=hint,
+        )
+    )
+
+
+def _suggested_fixes(text: str) -> str:
+    """torch.export's "Suggested fixes:" lines, joined."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().startswith("Suggested fixes"):
+            fixes = []
+            for follow in lines[i + 1 :]:
+                if not follow.strip():
+                    break
+                fixes.append(follow.strip())
+            return cut("; ".join(fixes), 200) if fixes else ""
+    return ""
+
+
+def node_location(node: Any) -> tuple[str | None, str]:
+    """A traced node's source: ``file:line`` of the innermost frame outside torch (else the innermost), and the
+    code on that line."""
+    trace_text = node.meta.get("stack_trace") or ""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in [^\n]*\n\s*([^\n]*)', trace_text)
+    if not frames:
+        return None, ""
+    library = _library_dirs()
+    chosen = frames[-1]
+    for frame in reversed(frames):
+        if not os.path.realpath(frame[0]).startswith(library):
+            chosen = frame
+            break
+    return source_line(chosen[0], int(chosen[1])), chosen[2].strip()
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters (messages quote code and torch's text this way)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,611 @@
+"""An exported program as an hndl graph.
+
+Three passes over the traced nodes:
+
+1. *Units.* Each call of a layer whose class has a row in ``MODULES`` becomes one node (the row reads the layer's
+   attributes and the call's arguments). The calls of the layers traced in training mode become ``module`` nodes.
+2. *Operations.* Every other traced operation goes through its row in ``FUNCTIONS``. One that has none, or whose
+   row refuses it, makes the innermost layer call around it a ``module`` node, if that layer can be rebuilt from
+   its class and constructor arguments (``_fallback``), else the next layer out; an operation outside every
+   layer, or inside layers none of which can be rebuilt, is an ``E_IMPORT`` problem naming each.
+3. *Emission.* In the traced order, each unit or operation is added with ``Graph.add``, named after the layer
+   it ran in (``layer1.0.conv1`` -> ``layer1_0_conv1``; ``layer1_0_add`` for an operation among others in a
+   layer's forward). Each parameter the node's layer holds is recorded as a rename from its original key.
+
+Then ``hndl.check`` judges the graph, and every node's inferred output shape is compared with the traced one at
+the example's sizes: a difference is the importer's mistake and is reported rather than returned.
+
+In-place operations are written as their out-of-place op. That is the same computation unless something reads
+the written tensor, or a view of it, made before the write, after it: each such read is found (``_aliases``) and
+refused, as is any write into a graph input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._check import check
+from .._errors import HndlError, Problem
+from .._graph import Handle
+from .._registry import registry
+from ..naming import dtype_name
+from ._aliases import Aliases
+from ._fallback import NotRebuildable, Rebuilt, rebuild
+from ._imported import Fallback, ImportedGraph
+from ._symbols import NotExpressible, name_symbols
+from ._table import FUNCTIONS, PENDING, Alias, Call, Emit, Port, Site, Unsupported, module_row
+from ._trace import Traced, cut, node_location, reads_training
+from ._verify import shape_differences
+
+__all__ = ["Retrace", "node_name", "translate"]
+
+
+@dataclass
+class _CallInfo:
+    fqn: str  # path, with "@n" for the n-th further call of the same layer
+    path: str
+    module: Any
+    signature: Any  # what the call took and gave, when the trace preserved it
+    kind: str = ""  # "row", "fallback" or "" (traced through)
+    emit: Emit | None = None
+    rebuilt: Rebuilt | None = None
+    reason: str = ""
+
+
+_HINT_TABLE = (
+    "an op that does this, added as a row of hndl.importer.FUNCTIONS (or the layer's class in MODULES), would import it"
+)
+
+
+class Retrace(Exception):
+    """The layers at ``paths`` become module nodes, and a trace that preserves their call signatures must say
+    what their calls took and gave."""
+
+    def __init__(self, paths: frozenset[str]) -> None:
+        super().__init__(sorted(paths))
+        self.paths = paths
+
+
+def translate(
+    traced: Traced, example: Sequence[Any], dynamic_shapes: Any, whole: frozenset[str]
+) -> tuple[ImportedGraph, dict[str, str]]:
+    """The graph of ``traced``, and the layers traced through whose forward reads ``self.training`` (path ->
+    class name); raises ``HndlError`` (``E_IMPORT``) listing everything it cannot express.
+
+    Args:
+        whole: paths of the layers to keep whole as ``module`` nodes (their trace does not show all they do).
+    """
+    translator = _Translator(traced, example, dynamic_shapes, whole)
+    graph = translator.run()
+    return graph, translator.readers
+
+
+def node_name(path: str) -> str:
+    """A layer path as an hndl name: ``layer1.0.conv1`` -> ``layer1_0_conv1``, ``0`` -> ``_0``."""
+    name = re.sub(r"\W", "_", path.replace(".", "_"))
+    return name if name and not name[0].isdigit() else f"_{name}"
+
+
+class _Translator:
+    def __init__(self, traced: Traced, example: Sequence[Any], dynamic_shapes: Any, whole: frozenset[str]) -> None:
+        import torch
+
+        self.torch = torch
+        self.program = traced.program
+        self.root = traced.module
+        self.whole = whole
+        self.nodes = list(self.program.graph.nodes)
+        self.position = {n: i for i, n in enumerate(self.nodes)}
+        self.by_name = {n.name: n for n in self.nodes}
+        signature = self.program.graph_signature
+        self.parameters: dict[str, str] = dict(signature.inputs_to_parameters)
+        self.buffers: dict[str, str] = dict(signature.inputs_to_buffers)
+        self.constants: dict[str, str] = dict(signature.inputs_to_lifted_tensor_constants)
+        self.user_inputs = [self.by_name[name] for name in signature.user_inputs]
+        self.state = self.root.state_dict(keep_vars=True)
+        self.symbols = name_symbols(
+            [(n.name, n.meta.get("val")) for n in self.user_inputs],
+            _input_specs(dynamic_shapes, [n.name for n in self.user_inputs]),
+            list(example),
+        )
+        self.problems: list[Problem] = []
+        self.refused: dict[tuple[str, str], list[Any]] = {}
+        self.graph = ImportedGraph(node_name(type(self.root).__name__))
+        self.taken: set[str] = set()
+        self.values: dict[Any, Any] = {}  # traced value -> Handle or reference
+        self.claims: dict[int, tuple[str, str]] = {}  # id(tensor) -> (node, tensor name)
+        self.expected: dict[str, list[Any]] = {}  # hndl node -> traced outputs
+        self.signatures = {e.fqn: e.signature for e in self.program.module_call_graph if e.fqn and e.signature}
+        self.calls: dict[str, _CallInfo] = {}
+        self.stacks = {n: self._stack(n) for n in self._operations()}
+        for fqn in self.signatures:  # calls that left no node (an identity in eval mode)
+            if fqn not in self.calls:
+                self._call_info(fqn, fqn.split("@")[0])
+        self.within: dict[str, set[Any]] = {fqn: set() for fqn in self.calls}  # the nodes each call ran
+        for n, stack in self.stacks.items():
+            for fqn in stack:
+                self.within[fqn].add(n)
+        #: Calls that need their signature preserved by another trace before they can be module nodes.
+        self.unpreserved: set[str] = set()
+
+    # -- structure ---------------------------------------------------------------------------------------
+
+    def _call_info(self, fqn: str, path: str) -> _CallInfo | None:
+        info = self.calls.get(fqn)
+        if info is None:
+            try:
+                module = self.root.get_submodule(path)
+            except AttributeError:
+                return None
+            info = self.calls[fqn] = _CallInfo(fqn, path, module, self.signatures.get(fqn))
+        return info
+
+    def stack(self, node: Any) -> list[str]:
+        """The calls ``node`` ran inside, outermost first (the root left out)."""
+        return self.stacks[node]
+
+    def _stack(self, node: Any) -> list[str]:
+        out = []
+        for key, value in (node.meta.get("nn_module_stack") or {}).items():
+            path = value[0] if isinstance(value, tuple) else ""
+            if not path:
+                continue
+            _, sep, count = key.rpartition("@")
+            fqn = f"{path}@{count}" if sep and count.isdigit() else path
+            if self._call_info(fqn, path) is not None:
+                out.append(fqn)
+        return out
+
+    def _operations(self) -> Iterator[Any]:
+        return (n for n in self.nodes if n.op == "call_function")
+
+    def call(self, info: _CallInfo) -> Call:
+        """The call's arguments and results as traced values and constants."""
+        from torch.export.graph_signature import ConstantArgument
+        from torch.utils._pytree import tree_unflatten
+
+        def value(arg: Any) -> Any:
+            if isinstance(arg, ConstantArgument):
+                return arg.value
+            name = getattr(arg, "name", None)
+            return self.by_name.get(name, arg) if name is not None else arg
+
+        sig = info.signature
+        inputs = tree_unflatten([value(a) for a in sig.inputs], sig.in_spec)
+        args, kwargs = inputs if isinstance(inputs, tuple) and len(inputs) == 2 else ((), {})
+        outputs = [value(a) for a in sig.outputs]
+        inside = self.within[info.fqn]
+        used = [any(r not in inside for r in getattr(out, "users", {})) for out in outputs]
+        return Call(info.path, info.module, list(args), dict(kwargs), outputs, used)
+
+    # -- the passes -----------------------------------------------------------------------------------------
+
+    def run(self) -> ImportedGraph:
+        self._inputs()
+        self._units()
+        results = self._operations_pass()
+        self._fallbacks(results)
+        if self.unpreserved:
+            raise Retrace(frozenset(self.unpreserved))
+        if self.problems:
+            raise HndlError(self.problems, title=f"import of {type(self.root).__name__}")
+        self._emit(results)
+        self._outputs()
+        self._finish_renames()
+        self._verify()
+        self.readers = self.training_readers()
+        return self.graph
+
+    def _inputs(self) -> None:
+        for n in self.user_inputs:
+            value = n.meta.get("val")
+            if not isinstance(value, self.torch.Tensor):
+                self.problems.append(Problem("E_IMPORT", f"input {n.name!r} is not a tensor ({type(value).__name__})"))
+                continue
+            try:
+                shape = self.symbols.shape(value)
+            except NotExpressible as exc:
+                self.problems.append(Problem("E_IMPORT", f"input {n.name!r}: {exc}"))
+                continue
+            dtype = None if value.is_floating_point() else dtype_name(value.dtype)
+            self.values[n] = self.graph.input(n.name, shape, dtype=dtype)
+            self.taken.add(n.name)
+
+    def _units(self) -> None:
+        """Pass 1: the layer calls that become one node each."""
+        for info in self.calls.values():
+            if info.path in self.whole:
+                info.kind, info.reason = "fallback", "its training-mode behaviour is not in an eval-mode trace"
+                continue
+            if _hooked(info.module):
+                continue
+            row = module_row(info.module)
+            if row is None or info.signature is None:
+                continue
+            try:
+                info.emit = row(self.call(info))
+                info.kind = "row"
+            except Unsupported as exc:
+                info.reason = exc.reason
+
+    def unit(self, node: Any) -> str | None:
+        """The outermost call around ``node`` that is emitted as one node, if any."""
+        for fqn in self.stack(node):
+            if self.calls[fqn].kind:
+                return fqn
+        return None
+
+    def _operations_pass(self) -> dict[Any, Any]:
+        """Pass 2: each traced operation outside the units through its row."""
+        aliases = Aliases(self.nodes, self.user_inputs, self.parameters, self.buffers, self.describe)
+        results: dict[Any, Any] = {}
+        for n in self._operations():
+            if self.unit(n) is not None:
+                continue
+            try:
+                results[n] = self._operation(n, aliases)
+            except Unsupported as exc:
+                results[n] = exc
+        return results
+
+    def describe(self, node: Any) -> tuple[str, str]:
+        """The path and class name of the layer call ``node`` ran in (``<root>`` for the module itself)."""
+        stack = self.stack(node)
+        info = self.calls[stack[-1]] if stack else None
+        return (info.path, _class_name(info.module)) if info else ("<root>", _class_name(self.root))
+
+    def _operation(self, n: Any, aliases: Aliases) -> Any:
+        value = n.meta.get("val")
+        target = str(n.target)
+        if target == "<built-in function getitem>":
+            source, index = n.args
+            return Port(source, int(index)) if _is_tensor(value) else None
+        if not _is_tensor(value) and not (isinstance(value, (list, tuple)) and value and all(map(_is_tensor, value))):
+            return None  # sizes and assertions: rows read sizes from the traced shapes
+        aliases.check(n)
+        row = FUNCTIONS.get(target)
+        if row is None:
+            raise Unsupported(f"hndl has no op for {target}", waits=PENDING.get(target))
+        try:
+            result = row(Site(n, self.symbols, self.parameters))
+        except NotExpressible as exc:
+            raise Unsupported(str(exc)) from None
+        if isinstance(result, Emit):
+            for v in result.inputs:
+                self._check_input(v)
+        return result
+
+    def _check_input(self, value: Any) -> None:
+        if getattr(value, "op", "") != "placeholder" or value.name in self.parameters or value in self.values:
+            return
+        what = "buffer" if value.name in self.buffers else "constant tensor"
+        key = self.buffers.get(value.name) or self.constants.get(value.name) or value.name
+        raise Unsupported(f"reads the {what} {key!r} as data", waits="a constant tensor op (issue 21)")
+
+    def _fallbacks(self, results: Mapping[Any, Any]) -> None:
+        """Pass 2, end: each refused operation makes the innermost rebuildable layer around it a module node."""
+        for n, result in results.items():
+            if not isinstance(result, Unsupported) or self.unit(n) is not None:
+                continue
+            stack = self.stack(n)
+            tried: list[str] = []
+            for fqn in reversed(stack):
+                info = self.calls[fqn]
+                try:
+                    info.rebuilt = self._rebuild(info)
+                except NotRebuildable as exc:
+                    tried.append(f"{info.path} ({_class_name(info.module)}): {exc}")
+                    continue
+                info.kind = "fallback"
+                info.reason = _reason(n, result)
+                break
+            else:
+                self._refuse(n, result, stack, tried)
+        self.problems.extend(self._refusals())
+        for info in self.calls.values():
+            if info.kind == "fallback" and info.rebuilt is None:
+                try:
+                    info.rebuilt = self._rebuild(info)
+                except NotRebuildable as exc:
+                    self.problems.append(
+                        Problem(
+                            "E_IMPORT",
+                            f"{info.reason}, and the layer cannot be a module node: {exc}",
+                            node=info.path,
+                            op=_class_name(info.module),
+                            hint="add a row for it to hndl.importer's MODULES table, or an op that does what it does",
+                        )
+                    )
+
+    def _rebuild(self, info: _CallInfo) -> Rebuilt:
+        rebuilt = rebuild(info.module)
+        if info.signature is None:
+            # Which values the call took and gave is known only for calls whose signature the trace preserved:
+            # the import traces again, preserving this one.
+            self.unpreserved.add(info.path)
+        else:
+            self._module_call(info)  # the call must be expressible as a module node too
+        return rebuilt
+
+    def _module_call(self, info: _CallInfo) -> tuple[list[Any], Any, int | None]:
+        """A module node's inputs, its one traced output, and the index it selects (None: the whole result)."""
+        import inspect
+
+        call = self.call(info)
+        params = [
+            p
+            for p in list(inspect.signature(info.module.forward).parameters.values())
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+        bound: dict[str, Any] = dict(zip([p.name for p in params], call.args))
+        bound.update(call.kwargs)
+        inputs: list[Any] = []
+        for p in params:
+            if p.name not in bound:
+                continue
+            value = bound[p.name]
+            if _is_tensor_node(value):
+                if len(inputs) != params.index(p):
+                    raise NotRebuildable(f"its tensor argument {p.name!r} follows a non-tensor argument")
+                inputs.append(value)
+            elif p.default is p.empty or value != p.default:
+                raise NotRebuildable(f"it is called with {p.name}={value!r}, which a module node cannot pass")
+        tensors = [(i, out) for i, out in enumerate(call.outputs) if _is_tensor_node(out)]
+        used = [(i, out) for i, out in tensors if call.used[i]]
+        if not inputs:
+            raise NotRebuildable("it takes no tensor")
+        if len(used) > 1 or not tensors:
+            raise NotRebuildable("it returns several tensors that are used, or none")
+        index, output = used[0] if used else tensors[0]
+        single = len(call.outputs) == 1 and info.signature.out_spec.num_leaves == 1
+        return inputs, output, None if single else index
+
+    def _refuse(self, n: Any, result: Unsupported, stack: list[str], tried: list[str]) -> None:
+        """Record an operation nothing can express; the same reason in the same layer is one problem."""
+        where = self.calls[stack[-1]] if stack else None
+        key = (where.path if where else "<root>", _reason(n, result))
+        if key in self.refused:
+            self.refused[key][1] += 1
+            return
+        location, code = node_location(n)
+        self.refused[key] = [
+            Problem(
+                "E_IMPORT",
+                "",
+                node=key[0],
+                op=_class_name(where.module if where else self.root),
+                location=location,
+                hint=_HINT_TABLE if result.reason.startswith("hndl has no op") and not result.waits else None,
+            ),
+            1,
+            code,
+            tried,
+        ]
+
+    def _refusals(self) -> list[Problem]:
+        problems = []
+        for (_, reason), (problem, count, code, tried) in self.refused.items():
+            message = reason + (f", {count} times" if count > 1 else "")
+            if code:
+                message += f" (at `{cut(code, 100)}`)"
+            if tried:
+                message += "; and no layer around it can be a module node: " + "; ".join(tried)
+            problems.append(dataclasses.replace(problem, message=message))
+        return problems
+
+    # -- emission -------------------------------------------------------------------------------------------
+
+    def _emit(self, results: Mapping[Any, Any]) -> None:
+        counts: dict[str | None, int] = {}
+        for n, result in results.items():
+            if isinstance(result, Emit):
+                stack = self.stack(n)
+                key = stack[-1] if stack else None
+                counts[key] = counts.get(key, 0) + 1
+        done: set[str] = set()
+        for n in self._operations():
+            fqn = self.unit(n)
+            if fqn is not None:
+                if fqn not in done:
+                    done.add(fqn)
+                    self._emit_unit(self.calls[fqn])
+                continue
+            result = results.get(n)
+            if isinstance(result, Emit):
+                # An operation is named after its layer when it is all that layer does (nn.ReLU's relu), else
+                # after the layer and the op (a Bottleneck's add: layer1_0_add).
+                stack = self.stack(n)
+                info = self.calls[stack[-1]] if stack else None
+                leaf = info is not None and next(info.module.children(), None) is None
+                alone = leaf and counts.get(info.fqn if info else None) == 1
+                path = info.path if info is not None else ""
+                name = self._name(path if alone else f"{path}_{result.op}" if path else result.op)
+                handle = self._add(result, name)
+                self.values[n] = handle
+                self.expected[name] = (
+                    list(n.meta["val"]) if isinstance(n.meta["val"], (list, tuple)) else [n.meta["val"]]
+                )
+            elif isinstance(result, Alias):
+                self.values[n] = self.ref(result.value)
+            elif isinstance(result, Port):
+                self.values[n] = self.values[result.value][result.index]
+
+    def _emit_unit(self, info: _CallInfo) -> None:
+        name = self._name(info.path)
+        if info.kind == "row":
+            assert info.emit is not None
+            call = self.call(info)
+            outputs = [out for out in call.outputs if _is_tensor_node(out)]
+            handle = self._add(info.emit, name)
+            self.values[outputs[0]] = handle
+            self.expected[name] = [outputs[0].meta["val"]]
+            return
+        assert info.rebuilt is not None
+        inputs, output, index = self._module_call(info)
+        value = output.meta["val"]
+        params: dict[str, Any] = {"target": info.rebuilt.target}
+        if info.rebuilt.kwargs:
+            params["kwargs"] = info.rebuilt.kwargs
+        first = inputs[0].meta["val"]
+        same = len(first.shape) == len(value.shape) and all(
+            self.symbols.same(a, b) for a, b in zip(first.shape, value.shape)
+        )
+        if not same:
+            shape = [self.symbols.plain(s) for s in value.shape]
+            if any(s is None for s in shape):
+                raise HndlError(
+                    Problem(
+                        "E_IMPORT",
+                        f"its output shape {self.symbols.shape(value)} cannot be declared on a module node (sizes "
+                        "must be ints or input symbols)",
+                        node=info.path,
+                        op=_class_name(info.module),
+                    )
+                )
+            params["shape"] = shape
+        if index is not None:
+            params["output"] = index
+        weights = {k: f"{info.path}.{k}" for k in info.module.state_dict(keep_vars=True)}
+        if index is not None:
+            weights = {f"module.{k}": v for k, v in weights.items()}
+        self.values[output] = self._add(Emit("module", list(inputs), params, weights), name)
+        self.expected[name] = [value]
+        self.graph.fallbacks.append(Fallback(name, info.path, _class_name(info.module, full=True), info.reason))
+
+    def ref(self, value: Any) -> Any:
+        """The hndl reference of a traced value (a parameter read as data gets its ``parameter`` node)."""
+        if value in self.values:
+            return self.values[value]
+        if getattr(value, "op", "") == "placeholder" and value.name in self.parameters:
+            key = self.parameters[value.name]
+            shape = [int(s) for s in value.meta["val"].shape]
+            self.values[value] = self._add(Emit("parameter", [], {"shape": shape}, {"weight": key}), self._name(key))
+            self.expected[self.values[value].node] = [value.meta["val"]]
+            return self.values[value]
+        raise HndlError(Problem("E_IMPORT", f"the traced value {value.name!r} is read before it is made"))
+
+    def _add(self, emit: Emit, name: str) -> Handle:
+        inputs = [self.ref(v) for v in emit.inputs]
+        tie: dict[str, str] = {}
+        for local, key in emit.weights.items():
+            tensor = self.state.get(key)
+            if tensor is None:
+                continue
+            owner = self.claims.get(id(tensor))
+            target = f"nodes.n_{name}.{local}"
+            if owner is not None:
+                # A layer called twice, or a weight two layers share: one Parameter under both nodes' names.
+                tie[local] = f"{owner[0]}.{owner[1]}"
+                self.graph.tied.setdefault(f"nodes.n_{owner[0]}.{owner[1]}", []).append(target)
+            else:
+                self.claims[id(tensor)] = (name, local)
+            self.graph.renames.setdefault(key, target)
+        return self.graph.add(emit.op, *inputs, name=name, tie=tie or None, **_without_defaults(emit))
+
+    def _name(self, base: str) -> str:
+        name = node_name(base)
+        if name in self.taken:
+            i = 1
+            while f"{name}_{i}" in self.taken:
+                i += 1
+            name = f"{name}_{i}"
+        self.taken.add(name)
+        return name
+
+    def _outputs(self) -> None:
+        output = next(n for n in self.nodes if n.op == "output")
+        from torch.utils._pytree import tree_flatten
+
+        leaves, _ = tree_flatten(output.args)
+        refs = [self.ref(v) for v in leaves if hasattr(v, "meta") and _is_tensor(v.meta.get("val"))]
+        if not refs:
+            raise HndlError(Problem("E_IMPORT", "the module returns no tensor"))
+        self.graph.output(list(refs))
+
+    def _finish_renames(self) -> None:
+        """Every key of the original's state dict: a tied key maps where its tensor went, an unread one to None."""
+        renames = self.graph.renames
+        ordered: dict[str, str | None] = {}
+        for key, tensor in self.state.items():
+            if key in renames:
+                ordered[key] = renames[key]
+                continue
+            owner = self.claims.get(id(tensor))
+            ordered[key] = f"nodes.n_{owner[0]}.{owner[1]}" if owner else None
+        self.graph.renames = ordered
+
+    def _verify(self) -> None:
+        """``hndl.check`` the graph, then hold every node's inferred shapes to the traced ones."""
+        title = f"import of {type(self.root).__name__}"
+        try:
+            checked = check(self.graph)
+        except HndlError as exc:
+            mistake = Problem("E_IMPORT", "the imported graph does not check (a mistake of the importer)")
+            raise HndlError([*exc.problems, mistake], title=title) from None
+        problems = shape_differences(checked, self.expected, self.symbols)
+        if problems:
+            raise HndlError(problems, title=title)
+
+    def training_readers(self) -> dict[str, str]:
+        """The calls traced through (not one node) whose forward reads ``self.training``, outside torch.nn:
+        path -> class name (the root as ``""``)."""
+        readers = {}
+        for info in self.calls.values():
+            if info.kind or _class_name(info.module, full=True).startswith("torch.nn."):
+                continue
+            if reads_training(info.module):
+                readers[info.path] = _class_name(info.module)
+        if reads_training(self.root) and not type(self.root).__module__.startswith("torch.nn."):
+            readers[""] = _class_name(self.root)
+        return readers
+
+
+def _without_defaults(emit: Emit) -> dict[str, Any]:
+    """The node's parameters less those equal to the op's defaults, so a spec says only what differs."""
+    opdef = registry.find(emit.op)
+    if opdef is None:
+        return dict(emit.params)
+    defaults = {p.name: p.default for p in opdef.params}
+    return {
+        k: v
+        for k, v in emit.params.items()
+        if k not in defaults or not (type(v) is type(defaults[k]) and v == defaults[k])
+    }
+
+
+def _reason(n: Any, result: Unsupported) -> str:
+    text = f"{n.target}: {result.reason}" if not result.reason.startswith("hndl has no op") else result.reason
+    return f"{text} (waits on {result.waits})" if result.waits else text
+
+
+def _class_name(module: Any, full: bool = False) -> str:
+    cls = type(module)
+    return f"{cls.__module__}.{cls.__qualname__}" if full else cls.__name__
+
+
+def _hooked(module: Any) -> bool:
+    return bool(module._forward_hooks or module._forward_pre_hooks)
+
+
+def _is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def _is_tensor_node(value: Any) -> bool:
+    return hasattr(value, "meta") and _is_tensor(value.meta.get("val"))
+
+
+def _input_specs(dynamic_shapes: Any, names: Sequence[str]) -> list[Any]:
+    """Each input's ``dynamic_shapes`` entry, in input order."""
+    if dynamic_shapes is None:
+        return [None] * len(names)
+    if isinstance(dynamic_shapes, Mapping):
+        return [dynamic_shapes.get(name) for name in names]
+    specs = list(dynamic_shapes)
+    return (specs + [None] * len(names))[: len(names)]

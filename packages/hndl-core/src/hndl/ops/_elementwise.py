@@ -1,0 +1,575 @@
+"""Element-wise math and logic, declared as rows: unary functions, binary arithmetic, comparisons and logic,
+plus ``where``, ``clamp``, ``cast``, ``tril``/``triu`` and ``roll``.
+
+A row says what differs between two ops of a family: the torch function that computes it, its dtype behaviour
+(a name in :data:`~hndl.ops._common.DTYPE_RULES`), whether it takes bool tensors, the Python operator that
+computes it when an operand is a number, its docs. One helper per family turns a row into a registered op;
+the family's inference (broadcasting, dtype promotion, bool refusal) and its layer classes
+(``hndl.torch.layers.Unary``, ``Binary``, ``TensorScalar``, ``ScalarTensor``) are shared, so adding an op is
+adding a row.
+
+**Numbers as operands.** An operand of a binary op (and either branch of ``where``) may be a number instead of
+a tensor: the op's parameter named like the port holds it, and the port then takes no input:
+``{op: sub, in: x, b: 1}`` is ``x - 1``, ``{op: sub, in: x, a: 1}`` is ``1 - x``, ``{op: pow, in: x, b: 2}`` is
+``x ** 2``. The number promotes as a Python number does in torch (``int8 - 1`` stays int8, ``int64 * 0.5`` is
+float32, ``float16 * 2.0`` float16): an integer written ``2`` and a float written ``2.0`` are different
+operands. Ops that torch runs on tensors only (``minimum``, ``maximum``, the logical ones) take tensors only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._contracts import DTYPES, INT_DTYPES, TensorType
+from .._param_types import ParamType, describe_value
+from .._registry import InferError, Param, Params, Port, op
+from ._common import DTYPE_RULES, Operand, broadcast_shapes, norm_dim, open_at
+
+_SHAPE = ["B", "T", 64]
+
+
+# --- the families' rows -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """One element-wise op.
+
+    Attributes:
+        name: the op's name.
+        torch: the function in torch's namespace that computes it on tensors (``"exp"`` is ``torch.exp``).
+        dtype: its dtype behaviour, a key of :data:`~hndl.ops._common.DTYPE_RULES`.
+        doc: the op's documentation; its first line is the summary.
+        operator: the function of Python's :mod:`operator` module that computes it when an operand is a number
+            (``"sub"``: ``1 - x`` is ``operator.sub(1, x)``, what a hand-written ``1 - x`` runs); ``None`` for an
+            op torch runs on tensors only.
+        bools: ``"ok"``, ``"refused"`` (torch refuses a bool operand: ``-mask``) or ``"result"`` (torch
+            refuses only when the result would be bool: ``pow`` of two bool tensors).
+        bool_hint: the hint for a refused bool operand.
+        layer: the ``hndl.torch.layers`` class for tensor operands when it is not the family's (``Add``, whose
+            forward the fast path writes out and may run in place).
+        aliases: other libraries' names for it (:attr:`hndl.OpDef.aliases`).
+        check: a refusal torch makes on the operands' values, not their dtypes (an integer to a negative
+            integer power), raising :class:`InferError`.
+    """
+
+    name: str
+    torch: str
+    dtype: str
+    doc: str
+    operator: str | None = None
+    bools: str = "ok"
+    bool_hint: str | None = None
+    layer: str = ""
+    aliases: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    check: Callable[[Sequence[tuple[str, Operand]]], None] | None = None
+
+
+def _integer_power(operands: Sequence[tuple[str, Operand]]) -> None:
+    """torch refuses an integer (or bool) tensor to a negative integer power: the result would not be one."""
+    (_, base), (_, exponent) = operands
+    if isinstance(base, str) and base in (*INT_DTYPES, "int", "bool") and isinstance(exponent, int) and exponent < 0:
+        raise InferError(
+            f"an integer tensor to a negative integer power ({exponent}) is not an integer (torch.pow refuses it)",
+            code="E_PARAM",
+            param="b",
+            expected="an exponent >= 0, or a float exponent",
+            actual=exponent,
+            hint=f"write b: {float(exponent)} for a float result, or cast the base to a floating dtype first",
+        )
+
+
+_MASK_HINT = "for a mask, use logical_not (not), logical_xor (differs) or cast it to an integer dtype first"
+
+#: Functions of one tensor.
+UNARY: tuple[Row, ...] = (
+    Row("neg", "neg", "same", "Negation ``-x``.", bools="refused", bool_hint=_MASK_HINT, aliases={"negative": {}}),
+    Row("abs", "abs", "same", "Absolute value ``|x|``.", bools="refused", aliases={"absolute": {}}),
+    Row("sign", "sign", "same", "Sign of each element: -1, 0 or 1 (false/true for bool)."),
+    Row("floor", "floor", "same", "Largest integer not above each element (integers are kept).", bools="refused"),
+    Row("ceil", "ceil", "same", "Smallest integer not below each element (integers are kept).", bools="refused"),
+    Row("round", "round", "same", "Each element rounded to the nearest integer, halves to even.", bools="refused"),
+    Row("exp", "exp", "int_to_float", "Exponential ``e ** x``."),
+    Row("log", "log", "int_to_float", "Natural logarithm (``-inf`` at 0, NaN below)."),
+    Row("log1p", "log1p", "int_to_float", "``log(1 + x)``, accurate for small ``x``."),
+    Row("sqrt", "sqrt", "int_to_float", "Square root (NaN below 0)."),
+    Row("rsqrt", "rsqrt", "int_to_float", "Reciprocal square root ``1 / sqrt(x)``."),
+    Row("reciprocal", "reciprocal", "int_to_float", "Reciprocal ``1 / x``."),
+    Row("sin", "sin", "int_to_float", "Sine (radians)."),
+    Row("cos", "cos", "int_to_float", "Cosine (radians)."),
+    Row("erf", "erf", "int_to_float", "The error function."),
+    Row("logical_not", "logical_not", "bool", "Logical not: true where ``x`` is zero (false)."),
+)
+
+#: Functions of two operands, tensors or (with ``operator``) a tensor and a number.
+BINARY: tuple[Row, ...] = (
+    Row(
+        "add",
+        "add",
+        "promote",
+        "Elementwise sum ``a + b`` with broadcasting (a residual connection: ``in: [x, block]``).",
+        operator="add",
+        layer="Add",
+    ),
+    Row(
+        "sub",
+        "sub",
+        "promote",
+        "Elementwise difference ``a - b`` with broadcasting.",
+        operator="sub",
+        bools="refused",
+        bool_hint=_MASK_HINT,
+        aliases={"subtract": {}},
+    ),
+    Row(
+        "mul",
+        "mul",
+        "promote",
+        "Elementwise product ``a * b`` with broadcasting (gating: ``in: [x, gate]``; an integer times a "
+        "constant: ``{op: mul, in: i, b: 3}``).",
+        operator="mul",
+        layer="Mul",
+        aliases={"multiply": {}},
+    ),
+    Row(
+        "div",
+        "div",
+        "int_to_float",
+        "True division ``a / b`` with broadcasting: integers divide to float32, as in torch.",
+        operator="truediv",
+        aliases={"divide": {}, "true_divide": {}},
+    ),
+    Row(
+        "pow",
+        "pow",
+        "promote",
+        "Power ``a ** b`` with broadcasting (``{op: pow, in: x, b: 2}`` squares).",
+        operator="pow",
+        bools="result",
+        aliases={"power": {}},
+        check=_integer_power,
+    ),
+    Row("minimum", "minimum", "promote", "Elementwise minimum of two tensors (for a number bound, use clamp)."),
+    Row("maximum", "maximum", "promote", "Elementwise maximum of two tensors (for a number bound, use clamp)."),
+    Row("eq", "eq", "bool", "``a == b``, elementwise, as bool.", operator="eq"),
+    Row("ne", "ne", "bool", "``a != b``, elementwise, as bool.", operator="ne", aliases={"not_equal": {}}),
+    Row("lt", "lt", "bool", "``a < b``, elementwise, as bool.", operator="lt", aliases={"less": {}}),
+    Row("le", "le", "bool", "``a <= b``, elementwise, as bool.", operator="le", aliases={"less_equal": {}}),
+    Row("gt", "gt", "bool", "``a > b``, elementwise, as bool.", operator="gt", aliases={"greater": {}}),
+    Row("ge", "ge", "bool", "``a >= b``, elementwise, as bool.", operator="ge", aliases={"greater_equal": {}}),
+    Row("logical_and", "logical_and", "bool", "Logical and of two tensors (nonzero is true), as bool."),
+    Row("logical_or", "logical_or", "bool", "Logical or of two tensors (nonzero is true), as bool."),
+    Row("logical_xor", "logical_xor", "bool", "Logical exclusive or of two tensors (nonzero is true), as bool."),
+)
+
+#: The output port's dtype rule each dtype behaviour shows in the reference.
+_OUT_RULE = {"same": "same:x", "promote": "any", "int_to_float": "float", "bool": "bool"}
+
+
+# --- shared inference -------------------------------------------------------------------------------------
+
+
+def _refuse_bools(row: Row, operands: Sequence[tuple[str, Operand]], result: str) -> None:
+    """E_DTYPE where torch refuses bool tensors for ``row``."""
+    if row.bools == "refused":
+        port = next((name for name, o in operands if o == "bool"), None)
+        if port is None:
+            return
+        message = f"{row.name} does not take a bool tensor (torch.{row.torch} refuses it)"
+    elif row.bools == "result" and result == "bool":
+        port = next(name for name, o in operands if isinstance(o, str))
+        message = f"{row.name} of bool tensors is not defined (torch.{row.torch} refuses it)"
+    else:
+        return
+    raise InferError(
+        message,
+        code="E_DTYPE",
+        port=port,
+        expected="a number dtype (integer or floating)",
+        actual="bool",
+        hint=row.bool_hint or "cast it to an integer or floating dtype first (op cast)",
+    )
+
+
+def _operands(p: Params, names: Sequence[str], inputs: Sequence[TensorType]) -> list[tuple[str, TensorType | Operand]]:
+    """Each operand port with its value: the number its parameter holds, else the next input's type."""
+    rest = iter(inputs)
+    found: list[tuple[str, TensorType | Operand]] = []
+    for name in names:
+        number = p.get(name)
+        found.append((name, next(rest) if number is None else number))
+    return found
+
+
+def _broadcast(tensors: Sequence[tuple[str, TensorType]]) -> Any:
+    """The broadcast of the tensors' shapes, each pair checked by name (E_SHAPE naming both)."""
+    for i, (na, a) in enumerate(tensors):
+        for nb, b in tensors[i + 1 :]:
+            broadcast_shapes(a.shape, b.shape, (na, nb))
+    shape = tensors[0][1].shape
+    for _, t in tensors[1:]:
+        shape = broadcast_shapes(shape, t.shape)
+    return shape
+
+
+def _dtype_of(value: TensorType | Operand) -> Operand:
+    return value.dtype if isinstance(value, TensorType) else value
+
+
+def _elementwise_infer(row: Row, names: Sequence[str]) -> Any:
+    rule = DTYPE_RULES[row.dtype]
+
+    def infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+        operands = _operands(p, names, inputs)
+        tensors = [(n, v) for n, v in operands if isinstance(v, TensorType)]
+        if not tensors:
+            raise InferError(
+                f"{row.name} needs a tensor operand: {' and '.join(names)} are both numbers",
+                code="E_PARAM",
+                param=names[-1],
+                expected="at least one input",
+                actual="numbers only",
+                hint=f"leave {names[-1]} out and wire its tensor in: in: [...]",
+            )
+        dtypes = [(n, _dtype_of(v)) for n, v in operands]
+        result = rule.result([d for _, d in dtypes])
+        _refuse_bools(row, dtypes, result)
+        if row.check is not None:
+            row.check(dtypes)
+        return [TensorType(_broadcast(tensors), result)]
+
+    return infer
+
+
+# --- registration -----------------------------------------------------------------------------------------
+
+
+def _documented(build: Any, doc: str) -> Any:
+    """``build`` with ``doc`` as its docstring, which :func:`hndl.op` makes the op's documentation."""
+    build.__doc__ = doc
+    return build
+
+
+def _register_unary(row: Row) -> None:
+    def build(p: Params, inputs: Sequence[TensorType]) -> Any:
+        from ..torch.layers import Unary
+
+        return Unary(f"torch.{row.torch}")
+
+    refused = row.bools == "refused"
+    op(
+        row.name,
+        inputs=[Port("x", ["*shape"], dtype="any")],
+        outputs=[Port("y", ["*shape"], dtype=_OUT_RULE[row.dtype])],
+        infer=_elementwise_infer(row, ["x"]),
+        module="hndl.torch.layers.Unary",
+        inference=f"dtype: {DTYPE_RULES[row.dtype].doc}"
+        + ("; bool tensors are refused, as torch does" if refused else ""),
+        example={"op": row.name},
+        input_shape_example=_SHAPE,
+        returns="new",
+        aliases=row.aliases,
+        error_example=(
+            {"inputs": [{"shape": ["B", 8], "dtype": "bool"}]} if refused else {"inputs": [["B", 8], ["B", 8]]}
+        ),
+    )(_documented(build, f"{row.doc}\n\nComputes ``torch.{row.torch}(x)``."))
+
+
+def _number_param(name: str, what: str) -> Param:
+    return Param(name, "float", default=None, nullable=True, doc=f"a number in place of input {what}")
+
+
+def _register_binary(row: Row) -> None:
+    scalar = row.operator is not None
+
+    def build(p: Params, inputs: Sequence[TensorType]) -> Any:
+        from ..torch import layers
+
+        a, b = p.get("a"), p.get("b")
+        if b is not None:
+            return layers.TensorScalar(f"operator.{row.operator}", b)
+        if a is not None:
+            return layers.ScalarTensor(f"operator.{row.operator}", a)
+        return getattr(layers, row.layer)() if row.layer else layers.Binary(f"torch.{row.torch}")
+
+    module = f"hndl.torch.layers.{row.layer or 'Binary'}" + (" or TensorScalar or ScalarTensor" if scalar else "")
+    inference = (
+        "shapes broadcast by torch's rules (aligned from the right; each pair of dims equal, or one of them 1); "
+        f"dtype: {DTYPE_RULES[row.dtype].doc}"
+    )
+    if row.bools == "refused":
+        inference += "; bool tensors are refused, as torch does"
+    elif row.bools == "result":
+        inference += "; two bool tensors are refused, as torch does"
+    doc = f"{row.doc}\n\nComputes ``torch.{row.torch}(a, b)``" + (
+        f"; with a number for ``a`` or ``b``, Python's ``operator.{row.operator}`` (what ``1 - x`` runs)."
+        if scalar
+        else "; both operands are tensors, as torch requires."
+    )
+    op(
+        row.name,
+        params=[_number_param("a", "a"), _number_param("b", "b")] if scalar else [],
+        inputs=[
+            Port("a", None, dtype="any", doc="left operand", scalar=scalar),
+            Port("b", None, dtype="any", doc="right operand", scalar=scalar),
+        ],
+        outputs=[Port("y", None, dtype=_OUT_RULE[row.dtype])],
+        infer=_elementwise_infer(row, ["a", "b"]),
+        module=module,
+        inference=inference,
+        example={"op": row.name},
+        input_shape_example=_SHAPE,
+        returns="new",
+        aliases=row.aliases,
+        error_example={"inputs": [["B", 3], ["B", 4]]},
+    )(_documented(build, doc))
+
+
+for _row in UNARY:
+    _register_unary(_row)
+for _row in BINARY:
+    _register_binary(_row)
+
+
+# --- where ------------------------------------------------------------------------------------------------
+
+
+def _where_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    condition = inputs[0]
+    branches = _operands(p, ["a", "b"], inputs[1:])
+    tensors = [("condition", condition)] + [(n, v) for n, v in branches if isinstance(v, TensorType)]
+    dtype = DTYPE_RULES["promote"].result([_dtype_of(v) for _, v in branches])
+    return [TensorType(_broadcast(tensors), dtype)]
+
+
+@op(
+    "where",
+    params=[_number_param("a", "a"), _number_param("b", "b")],
+    inputs=[
+        Port("condition", None, dtype="bool", doc="where true, the result takes a; elsewhere b"),
+        Port("a", None, dtype="any", doc="the value where condition holds", scalar=True),
+        Port("b", None, dtype="any", doc="the value elsewhere", scalar=True),
+    ],
+    outputs=[Port("y", None, dtype="any")],
+    infer=_where_infer,
+    module="hndl.torch.layers.Where",
+    inference=(
+        "condition, a and b broadcast by torch's rules; dtype: torch's type promotion of "
+        "a and b (a number joins only as a higher kind; two numbers give int64 or float32)"
+    ),
+    example={"op": "where", "b": 0.0},
+    input_shape_example=_SHAPE,
+    returns="new",
+    error_example={"inputs": [["B", 8], ["B", 8], ["B", 8]]},
+)
+def where(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """``a`` where ``condition`` is true, else ``b`` (``torch.where``), with broadcasting.
+
+    ``condition`` must be bool (a comparison's output). Either branch may be a number: ``{op: where, in: mask,
+    a: -100.0, b: 0.0}`` makes Swin's attention mask from a bool mask.
+    """
+    from ..torch.layers import Where
+
+    return Where(p.a, p.b)
+
+
+# --- clamp ------------------------------------------------------------------------------------------------
+
+
+def _clamp_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    if p.min is None and p.max is None:
+        raise InferError(
+            "clamp needs a bound: min, max or both",
+            code="E_PARAM",
+            param="min",
+            expected="min or max",
+            actual="neither",
+        )
+    x = inputs[0]
+    bounds = [v for v in (p.min, p.max) if v is not None]
+    return [TensorType(x.shape, DTYPE_RULES["promote"].result([x.dtype, *bounds]))]
+
+
+@op(
+    "clamp",
+    params=[
+        Param("min", "float", default=None, nullable=True, doc="the lower bound (null: none)"),
+        Param("max", "float", default=None, nullable=True, doc="the upper bound (null: none)"),
+    ],
+    inputs=[Port("x", ["*shape"], dtype="any")],
+    outputs=[Port("y", ["*shape"], dtype="any")],
+    infer=_clamp_infer,
+    module="hndl.torch.layers.Unary",
+    inference="at least one bound; dtype: torch's type promotion of x and the bounds (int64 with 0.5 is float32)",
+    example={"op": "clamp", "min": 0.0, "max": 6.0},
+    input_shape_example=_SHAPE,
+    returns="new",
+    aliases={"clip": {}},
+    error_example={"params": {}, "inputs": [["B", 8]]},
+)
+def clamp(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Each element limited to ``[min, max]`` (``torch.clamp``); a bound may be left out.
+
+    With ``min > max`` every element becomes ``max``, as in torch. For floating inputs, ``hardtanh`` is the
+    same function as an ``nn`` activation (``min_val``, ``max_val``).
+    """
+    from ..torch.layers import Unary
+
+    return Unary("torch.clamp", min=p.min, max=p.max)
+
+
+# --- cast -------------------------------------------------------------------------------------------------
+
+
+def _cast_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    if p.dtype not in DTYPES:
+        raise InferError(
+            f"cast needs a concrete dtype, got the category {p.dtype!r}",
+            code="E_PARAM",
+            param="dtype",
+            expected="a dtype such as float32, int64 or bool",
+            actual=p.dtype,
+            hint="name the dtype to convert to: float32 for float, int64 for int",
+        )
+    return [TensorType(inputs[0].shape, p.dtype)]
+
+
+@op(
+    "cast",
+    params=[Param("dtype", "dtype", doc="the dtype to convert to (a concrete dtype: float32, int64, bool, ...)")],
+    inputs=[Port("x", ["*shape"], dtype="any")],
+    outputs=[Port("y", ["*shape"], dtype="any")],
+    infer=_cast_infer,
+    module="hndl.torch.layers.Cast",
+    inference="the output's dtype is the dtype parameter",
+    example={"op": "cast", "dtype": "float32"},
+    input_shape_example=["B", "T"],
+    returns="input",
+    aliases={"to": {}, "astype": {}},
+    error_example={"params": {"dtype": "float"}, "inputs": [["B", 8]]},
+)
+def cast(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """The input converted to ``dtype`` (``x.to(dtype)``): a bool mask to float32, an index to int64.
+
+    As ``Tensor.to``, it returns its input itself when the dtype is already ``dtype``.
+    """
+    from ..torch.layers import Cast
+
+    return Cast(p.dtype)
+
+
+# --- tril, triu -------------------------------------------------------------------------------------------
+
+
+def _register_triangle(name: str, keeps: str) -> None:
+    def build(p: Params, inputs: Sequence[TensorType]) -> Any:
+        from ..torch.layers import Unary
+
+        return Unary(f"torch.{name}", diagonal=p.diagonal)
+
+    op(
+        name,
+        params=[
+            Param(
+                "diagonal",
+                "int",
+                default=0,
+                doc="which diagonal bounds the kept part: 0 the main one, 1 the one above, -1 the one below",
+            )
+        ],
+        inputs=[Port("x", ["*batch", "rows", "cols"], dtype="any", doc="matrices in its last two dims")],
+        outputs=[Port("y", ["*batch", "rows", "cols"], dtype="same:x")],
+        module="hndl.torch.layers.Unary",
+        example={"op": name, "diagonal": 1 if name == "triu" else 0},
+        input_shape_example=["T", "T"],
+        returns="new",
+        error_example={"inputs": [["T"]]},
+    )(
+        _documented(
+            build,
+            f"The {keeps} triangle of the last two dims (``torch.{name}``), the rest zero (false for bool).\n\n"
+            f"``{{op: {name}, diagonal: {1 if name == 'triu' else 0}}}`` on a ``buffer`` of ones makes a "
+            + ("causal mask's complement." if name == "triu" else "causal mask (query i sees keys 0..i)."),
+        )
+    )
+
+
+_register_triangle("tril", "lower")
+_register_triangle("triu", "upper")
+
+
+# --- roll -------------------------------------------------------------------------------------------------
+
+
+class _IntOrInts(ParamType):
+    """An integer or a list of integers (``shifts: 3`` or ``shifts: [3, 3]``), kept as a tuple."""
+
+    name, description, bounded = "int_or_ints", "integer, or a list of integers", True
+
+    def normalize(self, value: Any) -> tuple[Any, str]:
+        items = value if isinstance(value, (list, tuple)) else [value]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+            return None, f"must be an integer or a list of integers, got {describe_value(value)}"
+        return tuple(items), ""
+
+    def schema(self, bounds: Mapping[str, float]) -> dict[str, Any]:
+        item = {"type": "integer", **bounds}
+        return {"anyOf": [item, {"type": "array", "items": item}]}
+
+
+def _roll_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    x = inputs[0]
+    if p.dims is None:
+        if len(p.shifts) != 1:
+            raise InferError(
+                f"without dims, roll takes one shift (over the flattened input), got {len(p.shifts)}",
+                code="E_PARAM",
+                param="shifts",
+                expected="one shift",
+                actual=list(p.shifts),
+                hint="give dims, one per shift",
+            )
+        return [x]
+    if len(p.shifts) != len(p.dims):
+        raise InferError(
+            f"roll takes one shift per dim: {len(p.shifts)} shifts for {len(p.dims)} dims",
+            code="E_PARAM",
+            param="shifts",
+            expected=f"{len(p.dims)} shifts",
+            actual=list(p.shifts),
+        )
+    if x.shape is not None and open_at(x.shape) is None:
+        for d in p.dims:
+            norm_dim(d, len(x.shape), "dims", entry=True)
+    return [x]
+
+
+@op(
+    "roll",
+    params=[
+        Param("shifts", _IntOrInts(), doc="how far to shift, per dim (negative: towards the start)"),
+        Param("dims", _IntOrInts(), default=None, nullable=True, doc="the dims to shift (null: the flattened input)"),
+    ],
+    inputs=[Port("x", ["*shape"], dtype="any")],
+    outputs=[Port("y", ["*shape"], dtype="same:x")],
+    infer=_roll_infer,
+    module="hndl.torch.layers.Unary",
+    inference="one shift per dim; each dim within the input's rank",
+    example={"op": "roll", "shifts": [-3, -3], "dims": [1, 2]},
+    input_shape_example=["B", 56, 56, 96],
+    returns="new",
+    error_example={"params": {"shifts": [3], "dims": [2]}, "inputs": [["B", 8]]},
+)
+def roll(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Shift elements along dims, wrapping around (``torch.roll``): Swin's cyclic window shift.
+
+    ``{op: roll, shifts: [-3, -3], dims: [1, 2]}`` moves a ``[B, H, W, C]`` map 3 up and 3 left.
+    """
+    from ..torch.layers import Unary
+
+    return Unary("torch.roll", shifts=p.shifts, dims=p.dims)
+
+
+__all__ = ["BINARY", "UNARY", "Row"]

@@ -1,0 +1,202 @@
+"""hndl.from_module on torchvision's classification models and transformers' GPT-2, BERT and LLaMA (small
+configs, random init, no download). Reference-only: skips unless torchvision/transformers import (`nox -s
+reference`).
+
+For every torchvision model: the imported graph checks, round-trips through dumps/loads, counts the model's
+parameters, and with the model's weights gives the same eval outputs (``torch.equal``). ``MODELS`` says which
+layers each model imports as ``module`` nodes today, and which op each waits on; the strict xfail of
+``test_imports_with_built_in_ops_only`` turns into a failure the day a row for that op lands, so the table is
+updated with it.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from parity import randomise_batchnorm, require
+from torch.export import Dim
+
+import hndl
+
+#: model -> {layer class kept as a module node: the op it waits on}; empty: built-in ops only.
+MODELS: dict[str, dict[str, str]] = {
+    "resnet18": {},
+    "resnet50": {},
+    "resnext50_32x4d": {},
+    "wide_resnet50_2": {},
+    "mobilenet_v2": {"ReLU6": "relu6 (issue 21)"},
+    "mobilenet_v3_small": {"Hardswish": "hardswish (issue 21)", "Hardsigmoid": "hardsigmoid (issue 21)"},
+    "efficientnet_b0": {"StochasticDepth": "drop_path (issue 21)"},
+    "regnet_y_400mf": {},
+    "convnext_tiny": {"StochasticDepth": "drop_path (issue 21)"},
+    "densenet121": {},
+    "shufflenet_v2_x1_0": {},
+    "squeezenet1_0": {},
+    "mnasnet0_5": {},
+    "vgg11_bn": {},
+    "vit_b_16": {},
+    "alexnet": {},
+    "googlenet": {},
+    "inception_v3": {},
+    "regnet_x_400mf": {},
+    "resnet34": {},
+    "squeezenet1_1": {},
+    "shufflenet_v2_x0_5": {},
+}
+
+#: Constructor arguments: the auxiliary heads run only in training mode (their weights would be unused).
+KWARGS: dict[str, dict[str, Any]] = {
+    "googlenet": {"aux_logits": False, "init_weights": False},
+    "inception_v3": {"aux_logits": False, "init_weights": False},
+}
+
+
+def torchvision_model(name: str) -> torch.nn.Module:
+    torchvision = require("torchvision")
+    torch.manual_seed(0)
+    net = getattr(torchvision.models, name)(**KWARGS.get(name, {})).eval()
+    randomise_batchnorm(net)
+    return net
+
+
+def example(name: str, batch: int = 2) -> torch.Tensor:
+    size = 299 if name == "inception_v3" else 224
+    return torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(5))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_torchvision_model_imports_and_gives_equal_outputs(name: str) -> None:
+    net = torchvision_model(name)
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", hndl.importer.ModeWarning)
+        graph = hndl.from_module(net, example(name), dynamic_shapes=({0: Dim("B")},))
+    seconds = time.perf_counter() - started
+    assert {f.cls.rsplit(".", 1)[-1] for f in graph.fallbacks} == set(MODELS[name])
+    text = hndl.dumps(graph)
+    again = hndl.loads(text, allow_imports=True)
+    assert hndl.dumps(again) == text
+    assert hndl.summary(again, B=1).trainable_params == sum(p.numel() for p in net.parameters())
+    model = hndl.build(graph)
+    model.load_state_dict(graph.convert(net.state_dict()))
+    model.eval()
+    x = example(name, batch=3)
+    with torch.no_grad():
+        assert torch.equal(model(x), net(x))
+    print(f"{name}: imported in {seconds:.1f} s, {len(graph.nodes)} nodes, {len(graph.fallbacks)} module nodes")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            name,
+            marks=pytest.mark.xfail(strict=True, reason="waits on " + ", ".join(sorted(set(waits.values())))),
+        )
+        if waits
+        else name
+        for name, waits in sorted(MODELS.items())
+    ],
+)
+def test_imports_with_built_in_ops_only(name: str) -> None:
+    graph = hndl.from_module(torchvision_model(name), example(name))
+    assert graph.fallbacks == []
+
+
+def test_required_list_and_count() -> None:
+    required = {
+        "resnet18",
+        "resnet50",
+        "resnext50_32x4d",
+        "wide_resnet50_2",
+        "mobilenet_v2",
+        "mobilenet_v3_small",
+        "efficientnet_b0",
+        "regnet_y_400mf",
+        "convnext_tiny",
+        "densenet121",
+        "shufflenet_v2_x1_0",
+        "squeezenet1_0",
+        "mnasnet0_5",
+        "vgg11_bn",
+        "vit_b_16",
+    }
+    assert required <= set(MODELS)
+    assert sum(1 for waits in MODELS.values() if not waits) >= 15
+
+
+# --- transformers ---------------------------------------------------------------------------------------------
+
+#: What each small transformers model waits on: the first ops its import reports as missing.
+TRANSFORMERS_WAITS = {
+    "gpt2": "arange, comparisons and cumsum for the causal mask, sdpa (issue 22), the tanh GELU's pow (issue 21)",
+    "bert": "constant buffers (position ids, issue 21), gather, arange and comparisons for the mask, sdpa (issue 22)",
+    "llama": "arange, comparisons and cumsum for the causal mask, rsqrt/pow (issue 21), cos/sin, sdpa (issue 22)",
+}
+
+
+def transformers_model(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
+    transformers = require("transformers")
+    torch.manual_seed(0)
+    if name == "gpt2":
+        config = transformers.GPT2Config(
+            n_layer=2,
+            n_embd=64,
+            n_head=4,
+            vocab_size=100,
+            n_positions=64,
+            use_cache=False,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+        net = transformers.GPT2LMHeadModel(config)
+    elif name == "bert":
+        config = transformers.BertConfig(
+            num_hidden_layers=2,
+            hidden_size=64,
+            num_attention_heads=4,
+            intermediate_size=128,
+            vocab_size=100,
+            max_position_embeddings=64,
+        )
+        net = transformers.BertModel(config)
+    else:
+        config = transformers.LlamaConfig(
+            num_hidden_layers=2,
+            hidden_size=64,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=128,
+            vocab_size=100,
+            use_cache=False,
+        )
+        net = transformers.LlamaForCausalLM(config)
+    return net.eval(), torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMERS_WAITS))
+def test_transformers_model_says_what_it_waits_on(name: str) -> None:
+    net, ids = transformers_model(name)
+    with pytest.raises(hndl.HndlError) as err:
+        hndl.from_module(net, ids)
+    assert {p.code for p in err.value.problems} == {"E_IMPORT"}
+    text = str(err.value)
+    assert "hndl has no op for aten.arange.default" in text or "aten.gather" in text
+    assert all(p.location is not None and p.location.startswith("/") for p in err.value.problems)
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=w)) for n, w in TRANSFORMERS_WAITS.items()]
+)
+def test_transformers_model_imports_with_equal_outputs(name: str) -> None:
+    net, ids = transformers_model(name)
+    graph = hndl.from_module(net, ids)
+    model = hndl.build(graph)
+    model.load_state_dict(graph.convert(net.state_dict()))
+    with torch.no_grad():
+        expected = net(ids).logits if hasattr(net(ids), "logits") else net(ids).last_hidden_state
+        assert torch.equal(model.eval()(ids), expected)
