@@ -290,16 +290,18 @@ def dynamic_shapes(model: GraphModule, **dims: Any) -> tuple[tuple[dict[int, Any
                 spec[position] = _linear(name, position, dim)
             position += 1
         positions.append(spec)
-    largest: dict[str, int] = {}
+    largest: dict[str, int] = {}  # only for roots some dim is derived from: the others keep torch's default
     for spec in positions:
         for root, scale, offset in spec.values():
-            bound = (_LARGEST_SIZE - offset) // scale
-            largest[root] = min(largest.get(root, bound), bound)
+            if (scale, offset) != (1, 0):
+                bound = (_LARGEST_SIZE - offset) // scale
+                largest[root] = min(largest.get(root, bound), bound)
     made: dict[str, Any] = {}
     for spec in positions:
         for root, _scale, _offset in spec.values():
             if root not in made:
-                made[root] = ExportDim(root, min=minima.get(root, _FIRST_DEFAULT), max=largest[root])
+                bounds = {"max": largest[root]} if root in largest else {}
+                made[root] = ExportDim(root, min=minima.get(root, _FIRST_DEFAULT), **bounds)
 
     def export_dim(root: str, scale: int, offset: int) -> Any:
         out = made[root] if scale == 1 else scale * made[root]

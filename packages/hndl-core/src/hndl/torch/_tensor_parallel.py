@@ -80,7 +80,7 @@ def tensor_parallel_plan(model: GraphModule, world_size: int | None = None) -> d
     made_by = {v: i for i, s in enumerate(steps) for v in s.outputs}
     readers = Counter(v for s in steps for v in s.inputs)
     outputs = set(plan.output_ids)
-    modules = [model.node_module(s.node.path) for s in steps]
+    modules: list[Any] = [model.node_module(s.node.path) for s in steps]
     found: dict[str, Any] = {}
     problems: list[Problem] = []
 
@@ -126,14 +126,14 @@ def tensor_parallel_plan(model: GraphModule, world_size: int | None = None) -> d
                 continue
             for i in sorted(sources):
                 found[_module_name(model, steps[i])] = ColwiseParallel()
-                check_divides(steps[i], modules[i].out_features, "output features")  # type: ignore[union-attr]
+                check_divides(steps[i], modules[i].out_features, "output features")
             found[_module_name(model, step)] = RowwiseParallel()
-        elif step.node.op == "attention" and getattr(module, "fused", True) is False and not module.cross:  # type: ignore[union-attr]
+        elif step.node.op == "attention" and getattr(module, "fused", True) is False and not module.cross:
             for name in ("q_proj", "k_proj", "v_proj"):
                 found[_module_name(model, step, name)] = ColwiseParallel()
             found[_module_name(model, step, "o_proj")] = RowwiseParallel()
-            check_divides(step, module.num_heads, "query heads")  # type: ignore[union-attr]
-            check_divides(step, module.kv_heads, "key/value heads")  # type: ignore[union-attr]
+            check_divides(step, module.num_heads, "query heads")
+            check_divides(step, module.kv_heads, "key/value heads")
     if problems:
         raise HndlError(problems, title=f"tensor-parallel plan of graph '{model.graph.name}'")
     return found
@@ -153,12 +153,13 @@ def local_factor(module: Any, output: Any) -> int:
     dtensor = _dtensor_class()
     if dtensor is None or isinstance(output, dtensor):
         return 1
-    weight = getattr(module, "_parameters", {}).get("weight")
+    weight: Any = getattr(module, "_parameters", {}).get("weight")
     if not isinstance(weight, dtensor) or not isinstance(module, (nn.Linear, nn.Embedding)):
         return 1
     dim = 0 if isinstance(module, nn.Linear) else 1  # the weight dim that holds the output features
+    sharded: Any = weight
     factor = 1
-    for mesh_dim, placement in enumerate(weight.placements):
+    for mesh_dim, placement in enumerate(sharded.placements):
         if getattr(placement, "dim", None) == dim and placement.is_shard():
-            factor *= weight.device_mesh.size(mesh_dim)
+            factor *= sharded.device_mesh.size(mesh_dim)
     return factor
