@@ -35,6 +35,7 @@ from torch import nn
 
 from .._errors import HndlError, Problem
 from .._plan import Step
+from ._fsdp import fsdp_module_class
 
 if TYPE_CHECKING:
     from ._module import GraphModule
@@ -156,6 +157,9 @@ def local_factor(module: Any, output: Any) -> int:
     weight: Any = getattr(module, "_parameters", {}).get("weight")
     if not isinstance(weight, dtensor) or not isinstance(module, (nn.Linear, nn.Embedding)):
         return 1
+    fsdp = fsdp_module_class()
+    if fsdp is not None and isinstance(module, fsdp):
+        return 1  # FSDP2 shards a weight by rows too, but gathers it for the call: the output is whole
     dim = 0 if isinstance(module, nn.Linear) else 1  # the weight dim that holds the output features
     sharded: Any = weight
     factor = 1
