@@ -166,6 +166,14 @@ def _bound(model: hndl.GraphModule, inputs: tuple[torch.Tensor, ...]) -> dict[st
     return {k: v for k, v in env.items() if isinstance(v, int)}
 
 
+TORCH = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+
+
+@pytest.mark.skipif(
+    TORCH < (2, 5),
+    reason="torch.export before 2.5 adds guards the dims' ranges cannot express (seen on 2.4.1: the parity of "
+    "a ResNet's strided sizes, B and T of the transformers specialised, an LSTM export giving other values)",
+)
 @pytest.mark.parametrize("name", hndl.zoo.names())
 def test_every_zoo_entry_exports_with_the_helpers_and_runs_at_two_sizes(name):
     torch.manual_seed(0)

@@ -47,10 +47,10 @@ def test_linear_bad_out_features():
 # --- embedding ------------------------------------------------------------------------------------------
 
 
-def test_embedding_appends_embedding_dim_and_outputs_float32():
+def test_embedding_appends_embedding_dim_and_outputs_the_models_floating_dtype():
     g = one_node_graph("embedding", (("B", "T"),), ["int64"], {"num_embeddings": 10, "embedding_dim": 4})
     (t,) = hndl.check(g).nodes[0].out_types
-    assert (format_shape(t.shape), t.dtype) == ("[B, T, 4]", "float32")
+    assert (format_shape(t.shape), t.dtype) == ("[B, T, 4]", "float")  # the weight's dtype, whichever it is
     (y,) = runs_as_inferred(
         "embedding", ("B", "T"), env={"B": 2, "T": 5}, dtypes=["int64"], num_embeddings=10, embedding_dim=4
     )
@@ -112,3 +112,13 @@ def test_identity_passes_any_dtype_through():
 def test_identity_takes_no_parameters():
     p = problem("identity", ("B", 3), p=0.5)
     assert (p.code, p.message, p.hint) == ("E_PARAM", "unknown parameter 'p'", "identity takes no parameters")
+
+
+def test_regression_a_converted_model_with_an_embedding_runs():
+    # The embedding's output was declared float32, so .double() or FSDP's bf16 made the next call E_CONTRACT.
+    g = one_node_graph("embedding", (("B", "T"),), ["int64"], {"num_embeddings": 10, "embedding_dim": 4})
+    model = hndl.build(g)
+    ids = torch.randint(0, 10, (2, 3))
+    for convert in (model.double, model.bfloat16, model.float):
+        convert()
+        assert model(ids).dtype == model.nodes["n_" + model.plan.steps[0].node.name].weight.dtype

@@ -8,6 +8,7 @@ instead of ``destroy_process_group``: with torch 2.13 gloo's teardown sometimes 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
@@ -23,6 +24,25 @@ import hndl
 STEPS = 4
 GLOBAL_BATCH = 8
 LR = 0.1
+
+
+def fsdp_api() -> tuple[Any, Any]:
+    """FSDP2's ``fully_shard`` and ``MixedPrecisionPolicy``: public in ``torch.distributed.fsdp`` since torch 2.6,
+    in ``torch.distributed._composable.fsdp`` before."""
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    except ImportError:
+        from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard  # type: ignore[no-redef]
+    return fully_shard, MixedPrecisionPolicy
+
+
+def fsdp_probe(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str) -> dict[str, Any]:
+    """Whether this torch's FSDP2 runs at all here (CPU, gloo): a plain nn.Linear sharded, one step."""
+    fully_shard, _ = fsdp_api()
+    layer = torch.nn.Linear(6, 3)
+    fully_shard(layer)
+    torch.nn.functional.mse_loss(layer(x), y).backward()
+    return {"ok": True}
 
 
 def make_model() -> hndl.GraphModule:
@@ -94,7 +114,8 @@ def ddp(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str) -> di
 def fsdp(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str, per_node: bool) -> dict[str, Any]:
     from torch.distributed import checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
-    from torch.distributed.fsdp import fully_shard
+
+    fully_shard, _ = fsdp_api()
 
     model = make_model()
     if per_node:
@@ -141,7 +162,7 @@ def twin(model: hndl.GraphModule) -> torch.nn.Module:
 def fsdp_mixed(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str) -> dict[str, Any]:
     """FSDP2 with bf16 parameters and fp32 reductions (the usual LLM recipe), per layer and at the root, beside the
     hand-written twin sharded the same way; then a real edit under FSDP is still caught."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    fully_shard, MixedPrecisionPolicy = fsdp_api()
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     model = make_model()
@@ -218,7 +239,8 @@ def fsdp_blocks(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: st
     per block the same way; then DCP saves and loads the sharded model and its optimizer."""
     from torch.distributed import checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    fully_shard, MixedPrecisionPolicy = fsdp_api()
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     model = make_blocks_model()
@@ -271,7 +293,7 @@ def fsdp_blocks(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: st
 def fsdp_gpt2(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str) -> dict[str, Any]:
     """zoo:gpt2 (a tiny configuration) sharded by its own units: the tied wte/lm_head pair stays in the root
     unit, so FSDP2 accepts it; the losses follow the unsharded model's."""
-    from torch.distributed.fsdp import fully_shard
+    fully_shard, _ = fsdp_api()
 
     config = dict(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16, dropout=0.0)
 
@@ -314,6 +336,102 @@ def fsdp_gpt2(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str)
     }
 
 
+def pipeline(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str, schedule_name: str) -> dict[str, Any]:
+    """A 2-stage pipeline cut from the graph (model.pipeline_stages), run by torch.distributed.pipelining on the
+    whole global batch in 4 microbatches; the reference is the whole model in one process."""
+    from torch.distributed import pipelining
+
+    x, y = data()  # every rank sees the global batch: stage 0 feeds x, the last stage compares with y
+    microbatches = 4
+    model = make_blocks_model()
+    stages = model.pipeline_stages(["blocks.2"])
+    stage = stages[rank]
+    mb = GLOBAL_BATCH // microbatches
+    pipe = pipelining.PipelineStage(
+        stage,
+        rank,
+        world,
+        torch.device("cpu"),
+        input_args=stage.example_args(B=mb),
+        output_args=stage.example_outputs(B=mb),
+    )
+
+    def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        # A microbatch's share of the whole batch's mean: the gradients the schedule sums are the whole batch's.
+        return torch.nn.functional.mse_loss(output, target) / microbatches
+
+    schedule_class = getattr(pipelining, schedule_name)
+    # Since torch 2.6 a schedule divides the summed gradients by the number of microbatches unless told not to;
+    # before, it summed them. The loss above is scaled for summing.
+    extra = {"scale_grads": False} if "scale_grads" in inspect.signature(schedule_class).parameters else {}
+    schedule = schedule_class(pipe, n_microbatches=microbatches, loss_fn=loss_fn, **extra)
+    optimizer = torch.optim.SGD(stage.parameters(), lr=LR)
+    losses: list[float] = []
+    for _ in range(STEPS):
+        optimizer.zero_grad()
+        step_losses: list[torch.Tensor] = []
+        if rank == 0:
+            schedule.step(x)
+        else:
+            schedule.step(target=y, losses=step_losses)
+        optimizer.step()
+        total = torch.tensor(float(sum(float(v) for v in step_losses)))
+        dist.broadcast(total, src=world - 1)
+        losses.append(float(total))
+    return {"losses": losses, "stage_keys": sorted(stage.state_dict())[:2], "first": stage.first}
+
+
+def tensor_parallel(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str) -> dict[str, Any]:
+    """The MLP blocks and a small LLaMA (attention with separate projections, SwiGLU) parallelized with the plan
+    hndl derives from the graph and torch's default local outputs: every rank sees the whole batch; the
+    reference is the same model in one process."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    mesh = init_device_mesh("cpu", (world,))
+    x, y = data()
+    model = make_blocks_model()
+    plan = model.tensor_parallel_plan(world)
+    parallelize_module(model, mesh, plan)
+    result: dict[str, Any] = {"plan": sorted(plan), "losses": train(model, x, y, world=1)}
+    result["validations"] = model.validations
+    result["wrong_width"] = wrong_width_code(model)
+
+    config = dict(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+
+    def make_llama() -> hndl.GraphModule:
+        torch.manual_seed(0)
+        return hndl.build(hndl.zoo.get("llama", **config))
+
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(3))
+
+    def steps(lm: torch.nn.Module) -> list[float]:
+        optimizer = torch.optim.SGD(lm.parameters(), lr=LR)
+        losses = []
+        for _ in range(3):
+            optimizer.zero_grad()
+            logits = lm(ids, torch.ones(ids.shape, dtype=torch.bool))
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 64), ids[:, 1:].reshape(-1))
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss))
+        return losses
+
+    result["llama_reference"] = steps(make_llama())
+    llama = make_llama()
+    parallelize_module(llama, mesh, llama.tensor_parallel_plan(world))
+    result["llama_losses"] = steps(llama)
+    result["llama_validations"] = llama.validations
+    return result
+
+
 def main() -> None:
     scenario, rank, world, port, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     if scenario == "hang":  # stands in for a hung teardown: the test's timeout must turn it into a failure
@@ -327,12 +445,18 @@ def main() -> None:
     try:
         if scenario == "ddp":
             result = ddp(rank, world, x, y, out)
+        elif scenario == "fsdp_probe":
+            result = fsdp_probe(rank, world, x, y, out)
         elif scenario == "fsdp_mixed":
             result = fsdp_mixed(rank, world, x, y, out)
         elif scenario == "fsdp_blocks":
             result = fsdp_blocks(rank, world, x, y, out)
         elif scenario == "fsdp_gpt2":
             result = fsdp_gpt2(rank, world, x, y, out)
+        elif scenario == "tensor_parallel":
+            result = tensor_parallel(rank, world, x, y, out)
+        elif scenario.startswith("pipeline_"):
+            result = pipeline(rank, world, x, y, out, scenario.removeprefix("pipeline_"))
         else:
             result = fsdp(rank, world, x, y, out, per_node=scenario == "fsdp_per_node")
     except Exception as exc:

@@ -235,7 +235,12 @@ def _buffer_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
             expected="a dtype such as float32 or int64",
             actual=dtype,
         )
-    return [TensorType(shape, dtype)]
+    # A floating buffer follows the model's conversions (``.double()``, FSDP's mixed precision): its dtype is the
+    # model's floating dtype, whichever that is; an integer or bool one keeps its own.
+    return [TensorType(shape, "float" if dtype in FLOATING else dtype)]
+
+
+FLOATING = ("float16", "bfloat16", "float32", "float64")
 
 
 @op(

@@ -55,7 +55,7 @@ def _embedding_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
             hint="declare the input int64 (or convert it with .long())",
         )
     shape = inputs[0].shape
-    return [TensorType(None if shape is None else (*shape, p.embedding_dim), "float32")]
+    return [TensorType(None if shape is None else (*shape, p.embedding_dim), "float")]  # the weight's dtype
 
 
 @op(
@@ -72,7 +72,7 @@ def _embedding_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
         ),
     ],
     inputs=[Port("x", ["*batch"], dtype="int", doc="integer indices, any shape")],
-    outputs=[Port("y", ["*batch", "embedding_dim"], dtype="float32")],
+    outputs=[Port("y", ["*batch", "embedding_dim"], dtype="float")],
     infer=_embedding_infer,
     module="torch.nn.Embedding",
     example={"op": "embedding", "num_embeddings": 50257, "embedding_dim": 768},

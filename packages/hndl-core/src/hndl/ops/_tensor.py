@@ -37,7 +37,7 @@ def _parameter_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
             expected="std > 0",
             actual=p.std,
         )
-    return [TensorType(tuple(p.shape), "float32")]
+    return [TensorType(tuple(p.shape), "float")]  # the model's floating dtype: .double() converts it
 
 
 @op(
@@ -55,7 +55,7 @@ def _parameter_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
         Param("value", "float", default=0.0, doc="every element's initial value, with init: full"),
     ],
     inputs=[],
-    outputs=[Port("y", None, dtype="float32")],
+    outputs=[Port("y", None, dtype="float")],
     infer=_parameter_infer,
     module="hndl.torch.layers.LearnedTensor",
     inference="the output's shape is the shape parameter",

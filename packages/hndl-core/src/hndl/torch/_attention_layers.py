@@ -486,7 +486,8 @@ class Attention(nn.Module):
             scale=self.scale,
             dropout=self.dropout if self.training else 0.0,
         )
-        y = y.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.num_heads * self.head_dim)
+        # -1, not num_heads * head_dim: under tensor parallelism a rank holds num_heads / world of the heads.
+        y = y.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
         return (self.proj if self.fused else self.o_proj)(y)
 
     def extra_repr(self) -> str:

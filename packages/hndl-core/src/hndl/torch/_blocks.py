@@ -26,7 +26,16 @@ from torch import nn
 from .._errors import HndlError, Problem
 from .._plan import Group, Plan, Step
 
-__all__ = ["Block", "Program", "collapse", "collapsed_plan", "install_programs", "run_program", "validating"]
+__all__ = [
+    "Block",
+    "Program",
+    "collapse",
+    "collapsed_plan",
+    "install_programs",
+    "program_for",
+    "run_program",
+    "validating",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -165,30 +174,36 @@ def collapsed_plan(plan: Plan, called: set[int]) -> Plan:
     return dataclasses.replace(plan, steps=tuple(steps), last_use=last_use)
 
 
+def program_for(
+    steps: Sequence[Step],
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    qualname: str,
+    relative: Callable[[tuple[str, ...]], tuple[str, ...]],
+) -> Program:
+    """The program running ``steps`` from ``inputs`` to ``outputs``; ``relative`` turns a step's module path under
+    the model's ``nodes`` into its key path below the module that runs the program."""
+    last: dict[str, int] = {}
+    for position, step in enumerate(steps):
+        for v in step.inputs:
+            last[v] = position
+    keep = set(outputs)
+    items = []
+    for position, step in enumerate(steps):
+        drop = tuple(v for v in dict.fromkeys((*step.inputs, *step.outputs)) if last.get(v, -1) <= position)
+        items.append(
+            (relative(step.node.path), step.inputs, step.outputs, tuple(v for v in drop if v not in keep), step)
+        )
+    return Program(qualname, tuple(inputs), tuple(items), tuple(outputs))
+
+
 def _program(plan: Plan, index: int) -> Program:
     group = plan.groups[index]
     # Nested blocks are called through ``__call__`` from a called block, so their own hooks fire too.
     nested = {g for g, other in enumerate(plan.groups) if g != index and group.start <= other.start < group.stop}
     steps = collapse(plan, group.start, group.stop, nested, inside=index)
     depth = len(group.path)
-    last: dict[str, int] = {}
-    for position, step in enumerate(steps):
-        for v in step.inputs:
-            last[v] = position
-    keep = set(group.outputs)
-    items = []
-    for position, step in enumerate(steps):
-        drop = tuple(v for v in dict.fromkeys((*step.inputs, *step.outputs)) if last.get(v, -1) <= position)
-        items.append(
-            (
-                tuple(step.node.path[depth:]),
-                step.inputs,
-                step.outputs,
-                tuple(v for v in drop if v not in keep),
-                step,
-            )
-        )
-    return Program(group.qualname, group.inputs, tuple(items), group.outputs)
+    return program_for(steps, group.inputs, group.outputs, group.qualname, lambda path: tuple(path[depth:]))
 
 
 def install_programs(plan: Plan, blocks: Iterable[tuple[int, nn.Module | None]]) -> None:

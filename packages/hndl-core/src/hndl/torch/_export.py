@@ -272,34 +272,51 @@ def dynamic_shapes(model: GraphModule, **dims: Any) -> tuple[tuple[dict[int, Any
     minima = symbol_ranges(model)
     scalars, _variadics = _symbols(model)
     static = set(scalars) - set(minima)
-    made: dict[str, Any] = {}
-
-    def dim_of(symbol: str) -> Any:
-        if symbol not in made:
-            made[symbol] = ExportDim(symbol, min=minima.get(symbol, _FIRST_DEFAULT))
-        return made[symbol]
-
-    specs: list[dict[int, Any]] = []
+    # First every position as (root symbol, scale, offset); then each root's Dim, whose maximum keeps every dim
+    # derived from it within torch's sizes (torch 2.4 refuses a derived dim whose maximum could pass 2**63-2).
+    positions: list[dict[int, tuple[str, int, int]]] = []
     for name, contract in _inputs(model):
         pattern = contract.shape
-        spec: dict[int, Any] = {}
+        spec: dict[int, tuple[str, int, int]] = {}
         position = 0
         for index, dim in enumerate(pattern.dims):
             if index == pattern.variadic:
                 for k in range(len(runs[pattern.variadic_name or ""])):
-                    spec[position] = dim_of(f"{pattern.variadic_name}_{k}")
+                    spec[position] = (f"{pattern.variadic_name}_{k}", 1, 0)
                     position += 1
                 continue
             assert dim is not None
             if not isinstance(dim, int) and not (free_symbols(dim) & static):
-                spec[position] = _export_dim(name, position, dim, dim_of)
+                spec[position] = _linear(name, position, dim)
             position += 1
-        specs.append(spec)
-    return (tuple(specs),)
+        positions.append(spec)
+    largest: dict[str, int] = {}  # only for roots some dim is derived from: the others keep torch's default
+    for spec in positions:
+        for root, scale, offset in spec.values():
+            if (scale, offset) != (1, 0):
+                bound = (_LARGEST_SIZE - offset) // scale
+                largest[root] = min(largest.get(root, bound), bound)
+    made: dict[str, Any] = {}
+    for spec in positions:
+        for root, _scale, _offset in spec.values():
+            if root not in made:
+                bounds = {"max": largest[root]} if root in largest else {}
+                made[root] = ExportDim(root, min=minima.get(root, _FIRST_DEFAULT), **bounds)
+
+    def export_dim(root: str, scale: int, offset: int) -> Any:
+        out = made[root] if scale == 1 else scale * made[root]
+        return out + offset if offset else out
+
+    return (tuple({p: export_dim(*where) for p, where in spec.items()} for spec in positions),)
 
 
-def _export_dim(input_name: str, position: int, dim: Poly, dim_of: Any) -> Any:
-    """``a*S + b`` as torch.export's derived dim of ``S``; anything else cannot be expressed."""
+# The largest size torch.export lets a dim reach (torch 2.4 checks derived dims against it).
+_LARGEST_SIZE = 2**63 - 2
+
+
+def _linear(input_name: str, position: int, dim: Poly) -> tuple[str, int, int]:
+    """``a*S + b`` as ``(S, a, b)``, what torch.export can derive from one dim; anything else cannot be
+    expressed."""
     scale, offset, root = 0, 0, None
     for monomial, coeff in dim.terms:
         if not monomial:
@@ -321,10 +338,7 @@ def _export_dim(input_name: str, position: int, dim: Poly, dim_of: Any) -> Any:
                 hint="write this model's dynamic_shapes by hand (torch.export.Dim), or make the dim a symbol",
             )
         )
-    out = dim_of(root)
-    if scale != 1:
-        out = scale * out
-    return out + offset if offset else out
+    return root, scale, offset
 
 
 def not_scriptable(model: GraphModule) -> HndlError:

@@ -17,10 +17,11 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["cast_dtypes", "reshard_after_failure"]
+__all__ = ["cast_dtypes", "fsdp_module_class", "reshard_after_failure"]
 
 
-def _fsdp_module_class() -> type | None:
+def fsdp_module_class() -> type | None:
+    """FSDP2's ``FSDPModule`` class, when the process imported FSDP2 (None otherwise)."""
     for name in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
         found = getattr(sys.modules.get(name), "FSDPModule", None)
         if isinstance(found, type):
@@ -41,7 +42,7 @@ def cast_dtypes(root: nn.Module) -> dict[int, torch.dtype]:
     """``id(module) -> dtype`` for every module of ``root``'s tree whose parameters an FSDP2 unit registers in
     another dtype while it runs (the unit's ``MixedPrecisionPolicy.param_dtype``; a nested unit's own policy
     governs its subtree). Empty when FSDP2 was never imported or no unit casts."""
-    fsdp_module = _fsdp_module_class()
+    fsdp_module = fsdp_module_class()
     if fsdp_module is None:
         return {}
     found: dict[int, torch.dtype] = {}
@@ -64,7 +65,7 @@ def reshard_after_failure(root: nn.Module) -> None:
     hndl promises that an error leaves the model as it was, so it does what FSDP documents for an exception
     (``reset_iter_state()`` on the root unit, torch 2.13 and later; before that, each unit's ``reshard()``). When
     the FSDP root is a module above the GraphModule, hndl cannot reach it: call its ``reset_iter_state()``."""
-    fsdp_module = _fsdp_module_class()
+    fsdp_module = fsdp_module_class()
     if fsdp_module is None:
         return
     for module in root.modules():

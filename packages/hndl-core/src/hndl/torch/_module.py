@@ -25,7 +25,7 @@ from torch.nn import functional as _functional
 from .._errors import HndlError, Problem
 from .._plan import Plan, Step
 from ..naming import suggestion
-from . import _export, _hooks, _shard
+from . import _export, _hooks, _pipeline, _shard, _tensor_parallel
 from ._blocks import collapse, collapsed_plan, install_programs, validating
 from ._codegen import CALL, FORWARD, Compiled, compile_graph, make_function
 from ._fsdp import reshard_after_failure
@@ -554,6 +554,18 @@ class GraphModule(nn.Module):
     def example_inputs(self, **dims: Any) -> tuple[torch.Tensor, ...]:
         """Inputs satisfying every contract (``B=4``; others default): see :func:`hndl.torch.example_inputs`."""
         return _export.example_inputs(self, **dims)
+
+    def pipeline_stages(
+        self, split_at: Sequence[str] | None = None, *, num_stages: int | None = None, **dims: int
+    ) -> list[nn.Module]:
+        """The model cut into stages for ``torch.distributed.pipelining``: see
+        :func:`hndl.torch._pipeline.pipeline_stages`."""
+        return list(_pipeline.pipeline_stages(self, split_at, num_stages=num_stages, **dims))
+
+    def tensor_parallel_plan(self, world_size: int | None = None) -> dict[str, Any]:
+        """The plan for ``torch.distributed.tensor.parallel.parallelize_module``: column-parallel into and
+        row-parallel out of each MLP and attention; see :func:`hndl.torch._tensor_parallel.tensor_parallel_plan`."""
+        return _tensor_parallel.tensor_parallel_plan(self, world_size)
 
     def shard_units(self) -> list[nn.Module]:
         """The modules to pass to FSDP2's ``fully_shard``, the blocks first and this model last, tied parameters

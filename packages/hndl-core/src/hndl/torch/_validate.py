@@ -24,6 +24,7 @@ from ..naming import dtype_name
 from ._fsdp import cast_dtypes
 from ._select import OutputIndexError
 from ._state import BuildState
+from ._tensor_parallel import SDPA_ON_DTENSOR_HINT, keeps_shape, local_factor
 
 __all__ = [
     "check_declared_outputs",
@@ -363,10 +364,13 @@ def layer_failure(node: CheckedNode, ins: Sequence[Any], exc: BaseException) -> 
     shapes = ", ".join(f"{p} {shape_text(v)}" for p, v in zip(ports, ins))
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     cause = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    text = str(exc)
+    on_dtensors = "scaled_dot_product" in text and ("sharding" in text.lower() or "DTensor" in text)
     return HndlError(
         node.problem(
             "E_RUNTIME",
             f"the layer failed on input {shapes}: {cause}",
+            hint=SDPA_ON_DTENSOR_HINT if on_dtensors else None,
         )
     )
 
@@ -390,6 +394,7 @@ def run_checked(
     """
     autocast = any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
     scalars = _scalars(env)  # the bindings do not change while the steps run
+    local: dict[str, int] = {}  # value -> ranks sharing its last dim (tensor parallelism's local outputs)
     for index, (step, module) in enumerate(zip(steps, modules)):
         node = step.node
         ins = [values[v] for v in step.inputs]
@@ -418,8 +423,11 @@ def run_checked(
             raise layer_failure(node, ins, exc) from exc
         count = len(step.outputs)
         outs = _split(node, result, count, env)
+        factor = _local_factor(step, module, outs, local)
         for i, (value_id, value, static) in enumerate(zip(step.outputs, outs, node.out_types)):
-            problem = _check_output(node, count, i, static, value, ins, env, scalars, autocast)
+            if factor > 1:
+                local[value_id] = factor
+            problem = _check_output(node, count, i, static, value, ins, env, scalars, autocast, factor)
             if problem is not None:
                 raise HndlError(problem)
             values[value_id] = value
@@ -428,6 +436,18 @@ def run_checked(
                 values.pop(value_id, None)
         value = None  # nothing of this step stays alive while the next one runs
         del ins, result, outs
+
+
+def _local_factor(step: Step, module: Any, outs: Sequence[Any], local: Mapping[str, int]) -> int:
+    """How many tensor-parallel ranks share the last dim of this step's output (1 without tensor parallelism):
+    a column-parallel layer's local output, or an element-wise step over such values (``_tensor_parallel``)."""
+    if len(outs) != 1:
+        return 1
+    made = local_factor(module, outs[0])
+    if made > 1:
+        return made
+    carried = {local[v] for v in step.inputs if v in local}
+    return carried.pop() if len(carried) == 1 and keeps_shape(step) else 1
 
 
 def _split(node: CheckedNode, result: Any, count: int, env: dict[str, Any]) -> Sequence[Any]:
@@ -459,9 +479,11 @@ def _check_output(
     env: dict[str, Any],
     scalars: dict[str, int],
     autocast: bool,
+    local: int = 1,
 ) -> Problem | None:
     """The problem with output ``index`` of ``count`` (None when it meets ``static``); texts are built only for a
-    problem found."""
+    problem found. ``local`` ranks share the value's last dim (a tensor-parallel local shard): its logical
+    shape is checked."""
 
     def problem(message: str, expected: Any, actual: Any) -> Problem:
         return node.problem(
@@ -480,6 +502,8 @@ def _check_output(
             found.hint = "choose the value(s) the node gives with 'output' (nested tuples count flattened)"
         return found
     actual_shape = tuple(value.shape)
+    if local > 1 and actual_shape:
+        actual_shape = (*actual_shape[:-1], actual_shape[-1] * local)
     reason, expected_text = shape_reason(static, actual_shape, env, scalars)
     if reason:
         return problem(f"output {reason}", expected_text, format_shape(actual_shape))
