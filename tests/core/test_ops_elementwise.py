@@ -357,4 +357,6 @@ def test_a_model_of_row_made_ops_compiles_without_a_graph_break():
     model, x = _row_model()
     explained = torch._dynamo.explain(model)(x)
     assert explained.graph_break_count == 0
-    assert torch.equal(torch.compile(model)(x), model(x))
+    # Inductor fuses the rows into one kernel and may reorder float math (torch 2.4 builds it with -ffast-math):
+    # close, not always bit-equal.
+    torch.testing.assert_close(torch.compile(model)(x), model(x))

@@ -86,6 +86,19 @@ def test_bare_output_reference_is_accepted_by_loader_and_schema() -> None:
     assert hndl.loads(hndl.flow_yaml(doc)).outputs == ["h"]
 
 
+def test_regression_an_unknown_key_holding_a_mapping_with_an_integer_key_is_refused_by_both() -> None:
+    # Found by the property test below: `shape: {1: null}` on a relu node passed the structural schema (a node's
+    # other keys were unconstrained) while the loader refuses any non-text key inside a value.
+    node = {"op": "relu", "in": "x", "shape": {1: None}}
+    doc = {**BASE, "nodes": {"r": node}, "outputs": ["r"]}
+    assert not STRUCTURE.is_valid(doc)
+    assert not VALIDATOR.is_valid(doc)
+    assert not loads_accepts(hndl.flow_yaml(doc))
+    node["shape"] = {"1": None}  # text keys: both reach the op's own check, which refuses the unknown key
+    assert STRUCTURE.is_valid(doc)
+    assert not VALIDATOR.is_valid(doc)
+
+
 def test_kwargs_with_a_non_string_key_is_rejected_by_checker_and_schema() -> None:
     # Regression: `kwargs: {1: 2}` passed the schema ("type: object") and failed the checker.
     node = {"op": "module", "in": "x", "target": "torch.nn:Identity", "kwargs": {1: 2}}

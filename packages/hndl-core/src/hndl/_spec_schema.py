@@ -175,11 +175,27 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
                 "type": "string",
                 "pattern": "^[$]",
             },
+            "value": {
+                "description": (
+                    "a parameter's value: plain data, where every mapping's keys are text (YAML allows other keys; "
+                    "a spec's keys are names, and hndl.dumps writes the value back)"
+                ),
+                "anyOf": [
+                    {"type": ["null", "boolean", "number", "string"]},
+                    {"type": "array", "items": {"$ref": "#/$defs/value"}},
+                    {
+                        "type": "object",
+                        "propertyNames": {"type": "string"},
+                        "additionalProperties": {"$ref": "#/$defs/value"},
+                    },
+                ],
+            },
             "node": {
                 "description": "a node: its op, its inputs ('in') and the op's parameters",
                 "type": "object",
                 "properties": node_keys,
                 "propertyNames": {"type": "string"},
+                "additionalProperties": {"$ref": "#/$defs/value"},
                 "required": ["op"],
                 "allOf": [_op_branch(o) for o in ops],
             },
@@ -190,6 +206,7 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
                 "type": "object",
                 "properties": node_keys,
                 "propertyNames": {"type": "string"},
+                "additionalProperties": {"$ref": "#/$defs/value"},
                 "required": ["op"],
                 "allOf": [_op_branch(o, references=True) for o in ops],
             },
