@@ -16,7 +16,13 @@ from torch import nn
 from torch.export import Dim
 
 import hndl
-from hndl.importer import FUNCTIONS, MODULES, PENDING, ImportedGraph, ModeWarning
+from hndl.importer import FUNCTIONS, MIN_TORCH, MODULES, PENDING, ImportedGraph, ModeWarning
+
+# The importer refuses torch older than it is tested with (tests/core/test_import_torch_version.py).
+pytestmark = pytest.mark.skipif(
+    tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < MIN_TORCH,
+    reason=f"hndl.from_module needs torch {MIN_TORCH}; this is {torch.__version__}",
+)
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 DOCS = Path(__file__).resolve().parents[2] / "docs"

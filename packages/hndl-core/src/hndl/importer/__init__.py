@@ -24,6 +24,7 @@ from ._table import FUNCTIONS, MODULES, PENDING
 
 __all__ = [
     "FUNCTIONS",
+    "MIN_TORCH",
     "MODULES",
     "PENDING",
     "Fallback",
@@ -65,6 +66,7 @@ def from_module(module: Any, *example_args: Any, dynamic_shapes: Any = None) -> 
 
     if not isinstance(module, torch.nn.Module):
         raise HndlError(Problem("E_IMPORT", f"from_module takes a torch.nn.Module, not {type(module).__name__}"))
+    _require_tested_torch(torch.__version__)
     args = tuple(example_args)
     _check_example_sizes(module, args, dynamic_shapes)
     in_training = _traced_in_training(module)
@@ -84,6 +86,27 @@ def from_module(module: Any, *example_args: Any, dynamic_shapes: Any = None) -> 
     if readers:
         _compare_modes(graph, readers, module, args, dynamic_shapes, in_training, preserve)
     return graph
+
+
+#: The oldest torch the importer is tested with. torch 2.4's export keeps in-place operations (``hardtanh_``) and
+#: names module calls differently, which gave other node names, lost ties and, worst, let an in-place write into
+#: an input through unrefused (tests_torch24 showed all three); releases between 2.4 and 2.13 are not tested.
+MIN_TORCH = (2, 13)
+
+
+def _require_tested_torch(version: str) -> None:
+    """Refuse to import under a torch older than :data:`MIN_TORCH`: a wrong graph is worse than none."""
+    release = tuple(int(part) for part in version.split("+")[0].split(".")[:2] if part.isdigit())
+    if release < MIN_TORCH:
+        wanted = ".".join(map(str, MIN_TORCH))
+        raise HndlError(
+            Problem(
+                "E_IMPORT",
+                f"from_module needs torch {wanted} or newer (this is torch {version}): older torch.export traces "
+                "in-place operations and layer names in ways the importer does not read correctly",
+                hint=f"pip install 'torch>={wanted}'; a spec written by hand or with hndl import elsewhere builds here",
+            )
+        )
 
 
 def _compare_modes(
