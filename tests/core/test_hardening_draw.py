@@ -124,3 +124,16 @@ def test_regression_hndl_draw_of_a_hostile_graph(
     assert harmless(text)
     if suffix == ".svg":
         ET.fromstring(text)
+
+
+@pytest.mark.parametrize("fmt", ["dot", "mermaid"])
+def test_regression_a_nested_list_kernel_size_is_drawn_not_a_type_error(fmt: str) -> None:
+    # Found by the fuzzer: a spec that loads but does not check ("kernel_size": [[3]]) is still drawn, and the
+    # box's settings text compared the kernel's sizes through a set, which raised TypeError on a list.
+    text = (
+        '{"hndl": 1, "name": "c", "inputs": {"img": {"shape": ["B", 3, 8, 8]}},'
+        ' "nodes": {"conv": {"op": "conv2d", "in": "img", "out_channels": 4, "kernel_size": [[3]]}},'
+        ' "outputs": ["conv"]}'
+    )
+    drawn = hndl.draw(hndl.loads(text), format=fmt)
+    assert "conv2d 3, 4" in drawn  # the settings still say the kernel (as drawn for 3) and the channels

@@ -23,13 +23,13 @@ HEAD = "hndl: 1\ninputs: {x: {shape: [B, 4]}}\n"
 def composed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many YAML nodes the reader composed (one entry per call), to show where parsing stopped."""
     calls: list[int] = []
-    compose_node = _yaml_reader._Loader.compose_node
+    compose_node = _yaml_reader._Bounded.compose_node
 
     def counting(self: Any, parent: Any, index: Any) -> Any:
         calls.append(1)
         return compose_node(self, parent, index)
 
-    monkeypatch.setattr(_yaml_reader._Loader, "compose_node", counting)
+    monkeypatch.setattr(_yaml_reader._Bounded, "compose_node", counting)
     return calls
 
 

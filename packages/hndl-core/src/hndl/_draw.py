@@ -442,7 +442,9 @@ def _window(op: str, params: Mapping[str, Any]) -> str:
     planar = op.endswith("2d")
 
     def one(value: Any) -> Any:  # (2, 2) -> 2: a pair of equal sizes is said once
-        if isinstance(value, (list, tuple)) and len(set(value)) == 1:
+        # Compared by ==, not through a set: a spec that does not check can hold lists here ([[3]]), and it is
+        # still drawn.
+        if isinstance(value, (list, tuple)) and value and all(v == value[0] for v in value):
             return value[0]
         return value
 

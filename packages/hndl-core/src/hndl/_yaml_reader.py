@@ -66,17 +66,14 @@ class _TooBig(Exception):
         self.hint = hint
 
 
-class _Loader(yaml.SafeLoader):
-    """The safe loader with YAML 1.2 core resolution (used for composition only, never construction).
+class _Bounded(yaml.composer.Composer):
+    """PyYAML's composer, counting values and nesting as it composes them, so that a text of a million list
+    items, or of thousands of opening brackets, stops at the bound instead of being parsed in full first (minutes
+    and gigabytes for the first; the pure-Python scanner's cost grows with the square of the nesting for the
+    second). Both loaders below compose through it: they differ only in the parser that feeds it events."""
 
-    It counts values and nesting as it composes them, so that a text of a million list items, or of thousands
-    of opening brackets, stops at the bound instead of being parsed in full first (minutes and gigabytes for
-    the first; the scanner's cost grows with the square of the nesting for the second)."""
-
-    yaml_implicit_resolvers: ClassVar[dict[Any, Any]] = {}
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
+    def __init__(self) -> None:
+        super().__init__()
         self.values = 0
         self.depth = 0
 
@@ -96,8 +93,59 @@ class _Loader(yaml.SafeLoader):
             self.depth -= 1
 
 
+class _Loader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, _Bounded, yaml.resolver.BaseResolver):
+    """The pure-Python loader: PyYAML's reader, scanner and parser, with YAML 1.2 core resolution (used for
+    composition only, never construction). It is the reference: every text the fast loader cannot read is read
+    again here, so that what a syntax error says (and where) comes from one parser."""
+
+    yaml_implicit_resolvers: ClassVar[dict[Any, Any]] = {}
+
+    def __init__(self, stream: str) -> None:
+        yaml.reader.Reader.__init__(self, stream)
+        yaml.scanner.Scanner.__init__(self)
+        yaml.parser.Parser.__init__(self)
+        _Bounded.__init__(self)
+        yaml.resolver.BaseResolver.__init__(self)
+
+
 for _tag, _regexp, _first in CORE_RESOLVERS:
     _Loader.add_implicit_resolver(_tag, _regexp, _first)
+
+#: libyaml's parser, where PyYAML was built with it (its wheels are): it scans and parses about five times
+#: faster than the pure-Python one, which a long spec (a 500 KB list, a reshape to rank 40,000) otherwise spends a
+#: second in. Only the events come from C: composition stays in :class:`_Bounded`, so the bounds hold as they are
+#: met and the nodes are PyYAML's own, with the same marks (line and column) and the same resolution.
+_CParser: Any = getattr(getattr(yaml, "_yaml", None), "CParser", None) if yaml.__with_libyaml__ else None
+
+if _CParser is not None:
+
+    class _FastLoader(_Bounded, _CParser, yaml.resolver.BaseResolver):  # type: ignore[misc, valid-type]
+        """libyaml's events composed by :class:`_Bounded`, resolved as :class:`_Loader` resolves them."""
+
+        yaml_implicit_resolvers = _Loader.yaml_implicit_resolvers
+
+        def __init__(self, stream: str) -> None:
+            _CParser.__init__(self, stream)
+            _Bounded.__init__(self)
+            yaml.resolver.BaseResolver.__init__(self)
+
+        def compose_scalar_node(self, anchor: Any) -> Any:
+            event = self.peek_event()
+            if not event.style and event.value == "":  # plain: libyaml says "", PyYAML None
+                # An empty value (``in: ,``): libyaml marks it where the next token starts, PyYAML just after
+                # the colon. The located value would differ by a column or a line, so the text is read again.
+                raise _ReadAgain
+            return super().compose_scalar_node(anchor)
+
+
+class _ReadAgain(Exception):
+    """The fast loader leaves this text to the pure-Python one (raised while composing)."""
+
+
+#: Where libyaml and PyYAML are known to differ, the fast loader is not tried: outside printable ASCII (libyaml
+#: counts a byte-order mark in a column, and lets a tab through where PyYAML refuses it) and at a ``?`` (libyaml
+#: reads ``a?: 1`` in a flow mapping as a key, PyYAML refuses it). Specs are almost always plain ASCII.
+_NOT_FOR_LIBYAML = re.compile(r"[^\n\x20-\x3e\x40-\x7e]")
 
 
 @dataclass
@@ -186,8 +234,10 @@ def read_yaml(text: str, file: str, problems: ProblemList) -> Located | None:
         text = _LEADING_TABS.sub(lambda m: m.group(0).replace("\t", " "), text)
     loader = None
     try:
-        loader = _Loader(text)  # reads the text's first characters: may raise ReaderError already
-        node = loader.get_single_node()
+        node = _compose_fast(text)
+        if node is _UNREAD:
+            loader = _Loader(text)  # reads the text's first characters: may raise ReaderError already
+            node = loader.get_single_node()
     except _TooBig as exc:
         problems.add(
             "E_SPEC",
@@ -232,6 +282,36 @@ def read_yaml(text: str, file: str, problems: ProblemList) -> Located | None:
         )
         return None
     return _Reader(file, problems).convert(node, 0)
+
+
+#: What :func:`_compose_fast` returns for a text it leaves to the pure-Python loader.
+_UNREAD = object()
+
+
+def _compose_fast(text: str) -> Any:
+    """The text's node tree through libyaml, or ``_UNREAD`` where libyaml is missing or refused the text.
+
+    A bound met while composing (:class:`_TooBig`) is the answer whichever parser met it, so it propagates. Any
+    other failure is left to the pure-Python loader, which reads the text again: a syntax error is then reported
+    in its words and at its marks (the open-bracket stack, the reader's position of a bad character), and a text
+    the two parsers disagree on reads as it always has. libyaml also stops nesting at its own depth, and a
+    string holding a lone surrogate does not encode for it; both are read again the same way. Where the two
+    parsers are known to read a text differently, libyaml is not asked (``_NOT_FOR_LIBYAML``, ``_ReadAgain``):
+    the values and their locations are the same whichever parser read them, which
+    ``tests/core/test_yaml_reader_parsers.py`` holds them to."""
+    if _CParser is None or _NOT_FOR_LIBYAML.search(text):
+        return _UNREAD
+    loader = None
+    try:
+        loader = _FastLoader(text)
+        return loader.get_single_node()
+    except _TooBig:
+        raise
+    except Exception:  # any refusal is read again by the reference parser, which reports it
+        return _UNREAD
+    finally:
+        if loader is not None:
+            loader.dispose()
 
 
 #: The constructs PyYAML names in its context ("while parsing a flow mapping") that a text opens and must close:
