@@ -26,6 +26,7 @@ from .._errors import HndlError, Problem
 from .._plan import Plan, Step
 from ..naming import suggestion
 from . import _export, _hooks, _pipeline, _shard, _tensor_parallel
+from ._activation_wrappers import is_activation_wrapper, unwrap
 from ._blocks import collapse, collapsed_plan, install_programs, validating
 from ._codegen import CALL, FORWARD, Compiled, compile_graph, make_function
 from ._fsdp import reshard_after_failure
@@ -41,7 +42,15 @@ from ._guards import (
 from ._inline import Inline, in_place_steps, inline_for, sole_owner
 from ._state import BuildState, walk_modules
 from ._symbolic import SymbolicCheck, proven_for_all_bindings
-from ._validate import check_declared_outputs, check_inputs, check_state, layer_failure, parameter_dtype, run_checked
+from ._validate import (
+    CONTROL_FLOW,
+    check_declared_outputs,
+    check_inputs,
+    check_state,
+    layer_failure,
+    parameter_dtype,
+    run_checked,
+)
 
 __all__ = ["GraphModule", "SIGNATURE_CACHE_SIZE"]
 
@@ -181,12 +190,14 @@ class GraphModule(nn.Module):
 
     def node_module(self, path: Sequence[str]) -> nn.Module | None:
         """The live module at a node's path under ``nodes`` (``step.node.path`` of a :attr:`plan` step), or
-        ``None`` when something on the way was removed or set to ``None``."""
+        ``None`` when something on the way was removed or set to ``None``. An activation wrapper on the way
+        (``checkpoint_wrapper`` around a block) is seen through; one at the end is what is returned: it is what
+        runs that node."""
         module: Any = self._modules.get("nodes")
         for key in path:
             if module is None:
                 return None
-            module = module._modules.get(key)
+            module = unwrap(module)._modules.get(key)
         return module
 
     def replace_layer(self, node: str, module: nn.Module) -> None:
@@ -218,7 +229,7 @@ class GraphModule(nn.Module):
                 )
             )
         path = step.node.path
-        parent = self.node_module(path[:-1]) if len(path) > 1 else self._modules["nodes"]
+        parent = unwrap(self.node_module(path[:-1])) if len(path) > 1 else self._modules["nodes"]
         if parent is None:
             raise HndlError(step.node.problem("E_RUNTIME", "the module holding this node's layer was removed"))
         with self._lock:
@@ -238,7 +249,7 @@ class GraphModule(nn.Module):
         d["_owned"] = frozenset()
         d["_symbolic"] = SymbolicCheck(self._plan, check_inputs) if proven_for_all_bindings(self._plan) else None
         bump(self)
-        install_programs(self._plan, enumerate(self._blocks()))
+        install_programs(self._plan, ((i, unwrap(block)) for i, block in enumerate(self._blocks())))
         self._install(self._leaves(), verified=verified)
 
     def _leaves(self) -> list[nn.Module | None]:
@@ -249,12 +260,17 @@ class GraphModule(nn.Module):
         return [self.node_module(group.path) for group in self._plan.groups]
 
     def _effective(self) -> tuple[Plan, list[nn.Module | None], set[int]]:
-        """The steps as they run now (each block that a hook or ``compile()`` observes is one step called
-        through ``__call__``), their modules, and which groups are called."""
+        """The steps as they run now (each block that a hook or ``compile()`` observes, or that an activation
+        wrapper holds, is one step that calls it), their modules, and which groups are called."""
         called = {
             i
             for i, block in enumerate(self._blocks())
-            if block is not None and (any(hook_dicts(block)) or block.__dict__.get("_compiled_call_impl") is not None)
+            if block is not None
+            and (
+                any(hook_dicts(block))
+                or block.__dict__.get("_compiled_call_impl") is not None
+                or is_activation_wrapper(block)
+            )
         }
         if not called:
             return self._plan, self._leaves(), called
@@ -457,7 +473,7 @@ class GraphModule(nn.Module):
         for a block that is not one of this model's."""
         groups = self._plan.groups
         index = next((i for i, g in enumerate(groups) if g.qualname == program.qualname), None)
-        if index is None or self.node_module(groups[index].path) is not block:
+        if index is None or unwrap(self.node_module(groups[index].path)) is not block:
             return NotImplemented
         group = groups[index]
         steps = collapse(self._plan, group.start, group.stop, called, inside=index)
@@ -602,8 +618,9 @@ _MISSING = _Missing()
 
 def _fast_failure(compiled: Compiled, plan: Plan, self: GraphModule, exc: BaseException) -> None:
     """A layer raised on the fast path: find its step from the traceback line and raise E_RUNTIME from it. An
-    ``HndlError`` (from inside a called block, which names its own layer) goes on as it is."""
-    if isinstance(exc, HndlError):
+    ``HndlError`` (from inside a called block, which names its own layer) and torch's control flow
+    (``_validate.CONTROL_FLOW``: checkpoint's early stop) go on as they are."""
+    if isinstance(exc, CONTROL_FLOW):
         return
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename != compiled.filename:
