@@ -25,7 +25,7 @@ from torch.nn import functional as _functional
 from .._errors import HndlError, Problem
 from .._plan import Plan, Step
 from ..naming import suggestion
-from . import _export, _hooks, _pipeline, _shard, _tensor_parallel
+from . import _checkpointing, _export, _hooks, _pipeline, _shard, _tensor_parallel
 from ._activation_wrappers import is_activation_wrapper, unwrap
 from ._blocks import collapse, collapsed_plan, install_programs, validating
 from ._codegen import CALL, FORWARD, Compiled, compile_graph, make_function
@@ -144,6 +144,7 @@ class GraphModule(nn.Module):
     _runtime: _Runtime
     _state_version: int
     _symbolic: SymbolicCheck | None
+    _checkpointed: frozenset[int]
 
     def __init__(self, plan: Plan, nodes: nn.ModuleDict) -> None:
         super().__init__()
@@ -237,6 +238,67 @@ class GraphModule(nn.Module):
             parent.add_module(path[-1], module)  # PyTorch's registration hook gives a new state version
             bump(self)
 
+    # -- activation checkpointing (hndl/torch/_checkpointing.py; SPEC.md section 16) ------------------------
+
+    @property
+    def checkpointed(self) -> tuple[str, ...]:
+        """The subgraph uses recomputed in backward (``("h.0", "h.1")``), in step order."""
+        return _checkpointing.names_of(self._plan, self._checkpointed)
+
+    def checkpointing(
+        self, nodes: Sequence[str] | str | None = None, budget: int | None = None, **dims: int
+    ) -> tuple[str, ...]:
+        """Choose which subgraph uses recompute their activations in backward instead of keeping them.
+
+        ``nodes`` names them: a ``graph`` node stands for all its uses (``"h"``), a use for itself (``"h.3"``);
+        ``budget`` (bytes) lets hndl choose them instead, so the estimated activation peak of a training step
+        at ``dims`` fits it at little extra compute (:mod:`hndl._memory`); neither turns checkpointing off
+        (``model.checkpointing(None)``). It replaces what the spec's ``checkpoint: true`` chose. No rebuild and
+        no new validation: the next call takes the fast path with every check in place. A use recomputes only
+        while gradients are recorded; under ``torch.no_grad`` the model runs as without checkpointing.
+
+        Args:
+            nodes: the uses to recompute, or None.
+            budget: activation bytes to fit, or None; needs every symbol of the inputs in ``dims``.
+            **dims: sizes of the inputs' symbols for ``budget`` (``B=8, T=512``).
+
+        Returns:
+            The uses now recomputed, as :attr:`checkpointed` gives them.
+
+        Raises:
+            HndlError: E_PARAM for a name that is not a subgraph use, both ``nodes`` and ``budget`` given, or a
+                budget that cannot be met (the message names the smallest feasible one); E_INPUT for a bad dim.
+                The setting is unchanged after an error.
+        """
+        if nodes is not None and budget is not None:
+            raise HndlError(
+                Problem(
+                    "E_PARAM",
+                    "checkpointing takes the uses to recompute or a budget, not both",
+                    expected="nodes=... or budget=...",
+                    actual="both",
+                )
+            )
+        if dims and budget is None:
+            raise HndlError(
+                Problem(
+                    "E_PARAM",
+                    "dims size a budget; without budget= they mean nothing",
+                    expected="budget=... with the dims",
+                    actual=", ".join(dims),
+                )
+            )
+        if budget is not None:
+            chosen = _checkpointing.planned(self, budget, dims)
+        else:
+            chosen = frozenset() if nodes is None else _checkpointing.resolve(self._plan, nodes)
+        with self._lock:
+            self.__dict__["_checkpointed"] = chosen
+            # The same stores record: what it proved about the registered state still holds, and a change
+            # made since is still found by the next call's comparison.
+            self._install(self._leaves(), self._runtime.stores)
+        return self.checkpointed
+
     # -- runtime state --------------------------------------------------------------------------------------
 
     def _init_runtime(self, verified: bool) -> None:
@@ -247,6 +309,8 @@ class GraphModule(nn.Module):
         d["_signatures_version"] = None
         d["_lock"] = threading.RLock()
         d["_owned"] = frozenset()
+        # The checkpointed uses are a setting of the model, not runtime state: copies and pickles keep it.
+        d.setdefault("_checkpointed", _checkpointing.flagged(self._plan))
         d["_symbolic"] = SymbolicCheck(self._plan, check_inputs) if proven_for_all_bindings(self._plan) else None
         bump(self)
         install_programs(self._plan, ((i, unwrap(block)) for i, block in enumerate(self._blocks())))
@@ -260,14 +324,17 @@ class GraphModule(nn.Module):
         return [self.node_module(group.path) for group in self._plan.groups]
 
     def _effective(self) -> tuple[Plan, list[nn.Module | None], set[int]]:
-        """The steps as they run now (each block that a hook or ``compile()`` observes, or that an activation
-        wrapper holds, is one step that calls it), their modules, and which groups are called."""
+        """The steps as they run now (each block that a hook or ``compile()`` observes, that an activation
+        wrapper holds, or that is checkpointed, is one step that calls it), their modules, and which groups are
+        called."""
+        checkpointed = self._checkpointed
         called = {
             i
             for i, block in enumerate(self._blocks())
             if block is not None
             and (
-                any(hook_dicts(block))
+                i in checkpointed
+                or any(hook_dicts(block))
                 or block.__dict__.get("_compiled_call_impl") is not None
                 or is_activation_wrapper(block)
             )
@@ -317,9 +384,10 @@ class GraphModule(nn.Module):
             settle=GraphModule._settle,
             fail=partial(_fast_failure, compiled, plan),
         )
+        run = _checkpointing.runners(self._plan, plan, leaves, self._checkpointed)
         for i, (module, form) in enumerate(zip(leaves, forms)):
             # A missing module can only be met after validation, which reports it; never called before.
-            namespace[f"m{i}"] = _MISSING if module is None else module
+            namespace[f"m{i}"] = _MISSING if module is None else run[i]
             if module is not None and isinstance(form, Inline):
                 # Bound with the record: it compares these dicts by identity on every call (see ._inline).
                 namespace.update({f"p{i}": module._parameters, f"d{i}": module.__dict__, f"k{i}": type(module)})
@@ -452,7 +520,8 @@ class GraphModule(nn.Module):
         # A block called through its hooks (FSDP2 gathers its parameters there) runs its steps with these checks.
         token = validating.set(partial(self._validate_block, env, called)) if called else None
         try:
-            run_checked(running.steps, modules, values, env, running.last_use)  # type: ignore[arg-type]
+            run = _checkpointing.runners(plan, running, modules, self._checkpointed)
+            run_checked(running.steps, run, values, env, running.last_use)
         finally:
             if token is not None:
                 validating.reset(token)
@@ -597,11 +666,13 @@ class GraphModule(nn.Module):
 
     # -- summary (hndl/_summary.py) ---------------------------------------------------------------------------
 
-    def summary(self, *, depth: int | None = None, **dims: int) -> Any:
+    def summary(
+        self, *, depth: int | None = None, train: bool = False, optimizer: str | None = None, **dims: int
+    ) -> Any:
         """This model's :class:`hndl.Summary` (prints as the table): see :func:`hndl.summary`."""
         from .._summary import summary
 
-        return summary(self, depth=depth, **dims)
+        return summary(self, depth=depth, train=train, optimizer=optimizer, **dims)
 
 
 class _Missing:
