@@ -270,3 +270,33 @@ def test_unknown_name_suggests_the_closest() -> None:
     with pytest.raises(hndl.HndlError) as info:
         stack().checkpointing(["blokcs"])
     assert "blocks" in (info.value.problems[0].hint or "")
+
+
+# --- documented limits and compositions --------------------------------------------------------------------------
+
+
+def test_torch_compile_runs_without_recomputing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Documented limit: the compiled call runs each block as a plain call.
+    calls = []
+    real = _checkpointing.checkpoint
+    monkeypatch.setattr(_checkpointing, "checkpoint", lambda *a, **k: calls.append(1) or real(*a, **k))
+    plain, checkpointed = stack(checkpoint=False), stack()
+    want = gradients(plain, X)
+    compiled = torch.compile(checkpointed, backend="eager")
+    assert all(torch.equal(a, b) for a, b in zip(want, gradients(compiled, X)))
+    assert calls == []
+
+
+def test_a_hooked_checkpointed_block_fires_its_hook_inside_the_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As FSDP2's fully_shard per block with checkpointing: the block's pre-hook (where FSDP2 gathers the
+    # parameters) runs in forward and again when backward recomputes the block.
+    calls = []
+    real = _checkpointing.checkpoint
+    monkeypatch.setattr(_checkpointing, "checkpoint", lambda *a, **k: calls.append(1) or real(*a, **k))
+    model = stack()
+    fired = []
+    model.nodes.n_blocks[1].register_forward_pre_hook(lambda *_: fired.append(1))
+    want = gradients(stack(checkpoint=False), X)
+    assert all(torch.equal(a, b) for a, b in zip(want, gradients(model, X)))
+    assert calls == [1, 1, 1]
+    assert fired == [1, 1]
