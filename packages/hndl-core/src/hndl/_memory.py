@@ -8,9 +8,11 @@ one repetition of a repeated one); recomputing it (activation checkpointing) kee
 makes its inner activations again, one segment at a time. The estimated peak of a training step is then
 
     max(kept at the end of forward, max over recomputed segments g of (kept before g) + (made inside g))
+        + the largest single output
 
 the larger of what forward leaves for backward and what backward holds while it recomputes a segment (what
-comes after that segment is freed by then). Adding a segment never raises the estimate, so recomputing every
+comes after that segment is freed by then), plus the gradient backward holds while it runs (at least the size
+of the value it runs through: the largest output bounds it). Adding a segment never raises the estimate, so recomputing every
 candidate gives the smallest one. No torch here.
 """
 
@@ -24,7 +26,17 @@ from ._dims import DimError, evaluate
 from ._errors import HndlError, Problem
 from ._plan import Plan, Step
 
-__all__ = ["Segment", "SegmentPlan", "choose", "kept_bytes", "outermost", "peak_bytes", "segments", "step_bytes"]
+__all__ = [
+    "Segment",
+    "SegmentPlan",
+    "choose",
+    "kept_bytes",
+    "largest_output",
+    "outermost",
+    "peak_bytes",
+    "segments",
+    "step_bytes",
+]
 
 #: Ops whose outputs are counted where they were made, not again: they share memory with something else.
 _SHARED = ("view", "input", "state")
@@ -84,6 +96,12 @@ def step_bytes(plan: Plan, env: Mapping[str, int], float_bytes: int) -> list[int
     return [sum(_step_bytes(step, env, float_bytes)) for step in plan.steps]
 
 
+def largest_output(plan: Plan, env: Mapping[str, int], float_bytes: int) -> int:
+    """The bytes of the largest single floating output: backward holds a gradient that size while it runs
+    through it (the logits' gradient, first of all), on top of what forward kept."""
+    return max((b for step in plan.steps for b in _step_bytes(step, env, float_bytes)), default=0)
+
+
 def outermost(plan: Plan, indices: Collection[int]) -> list[int]:
     """The groups of ``indices`` that no other group of ``indices`` holds, in step order (``plan.groups`` lists
     a group before the groups inside it)."""
@@ -127,8 +145,11 @@ def kept_bytes(plan: Plan, sizes: Sequence[int], found: Sequence[Segment], chose
     return total
 
 
-def peak_bytes(plan: Plan, sizes: Sequence[int], found: Sequence[Segment], chosen: Collection[int]) -> int:
-    """The estimated activation peak of a training step with the ``chosen`` segments recomputed (module doc)."""
+def peak_bytes(
+    plan: Plan, sizes: Sequence[int], found: Sequence[Segment], chosen: Collection[int], in_flight: int = 0
+) -> int:
+    """The estimated activation peak of a training step with the ``chosen`` segments recomputed (module doc);
+    ``in_flight`` is the gradient backward holds besides (:func:`largest_output`)."""
     peak = kept_bytes(plan, sizes, found, chosen)
     before = 0  # kept by the steps before the current position
     position = 0
@@ -142,7 +163,7 @@ def peak_bytes(plan: Plan, sizes: Sequence[int], found: Sequence[Segment], chose
         else:
             before += segment.made_bytes
         position = group.stop
-    return peak
+    return peak + in_flight
 
 
 def choose(plan: Plan, env: Mapping[str, int], budget: int, float_bytes: int) -> SegmentPlan:
@@ -157,7 +178,8 @@ def choose(plan: Plan, env: Mapping[str, int], budget: int, float_bytes: int) ->
     """
     sizes = step_bytes(plan, env, float_bytes)
     found = segments(plan, env, float_bytes)
-    smallest = peak_bytes(plan, sizes, found, {s.index for s in found})
+    extra = largest_output(plan, env, float_bytes)
+    smallest = peak_bytes(plan, sizes, found, {s.index for s in found}, extra)
     if budget < smallest:
         raise HndlError(
             Problem(
@@ -171,23 +193,25 @@ def choose(plan: Plan, env: Mapping[str, int], budget: int, float_bytes: int) ->
             )
         )
     chosen: set[int] = set()
-    peak = peak_bytes(plan, sizes, found, chosen)
+    peak = peak_bytes(plan, sizes, found, chosen, extra)
     while peak > budget:
         best_score: tuple[float, float, int] | None = None
         best = -1
         for order, segment in enumerate(found):
             if segment.index in chosen:
                 continue
-            lower = peak - peak_bytes(plan, sizes, found, chosen | {segment.index})
+            lower = peak - peak_bytes(plan, sizes, found, chosen | {segment.index}, extra)
             freed = segment.made_bytes - segment.output_bytes
             cost = max(segment.macs, 1)
             score = (lower / cost, freed / cost, -order)
             if best_score is None or score > best_score:
                 best_score, best = score, segment.index
         chosen.add(best)  # the smallest budget fits, so while this one does not some segment is left
-        peak = peak_bytes(plan, sizes, found, chosen)
+        peak = peak_bytes(plan, sizes, found, chosen, extra)
     for segment in sorted(found, key=lambda s: -s.macs):
-        if segment.index in chosen and peak_bytes(plan, sizes, found, chosen - {segment.index}) <= budget:
+        if segment.index in chosen and peak_bytes(plan, sizes, found, chosen - {segment.index}, extra) <= budget:
             chosen.discard(segment.index)
     by_index = {s.index: s for s in found}
-    return SegmentPlan(frozenset(chosen), peak_bytes(plan, sizes, found, chosen), sum(by_index[i].macs for i in chosen))
+    return SegmentPlan(
+        frozenset(chosen), peak_bytes(plan, sizes, found, chosen, extra), sum(by_index[i].macs for i in chosen)
+    )

@@ -122,9 +122,10 @@ def training_memory(model: Any, env: Mapping[str, int], optimizer: str, unbound:
     plan: Plan = model.plan
     if not unbound:
         steps = _memory.step_bytes(plan, env, float_bytes)
-        plain = sum(steps)
+        in_flight = _memory.largest_output(plan, env, float_bytes)
+        plain = _memory.peak_bytes(plan, steps, [], (), in_flight)
         found = _memory.segments(plan, env, float_bytes, chosen)
-        checkpointed = _memory.peak_bytes(plan, steps, found, {s.index for s in found})
+        checkpointed = _memory.peak_bytes(plan, steps, found, {s.index for s in found}, in_flight)
     return TrainingMemory(
         optimizer=key,
         parameter_bytes=sum(p.numel() * p.element_size() for p in params),
