@@ -300,3 +300,30 @@ def test_a_hooked_checkpointed_block_fires_its_hook_inside_the_checkpoint(monkey
     assert all(torch.equal(a, b) for a, b in zip(want, gradients(model, X)))
     assert calls == [1, 1, 1]
     assert fired == [1, 1]
+
+
+def test_functional_call_gradients_with_checkpointing_use_the_tensors_swapped_in() -> None:
+    # Was: backward after torch.func.functional_call recomputed the blocks with the model's own weights (put back
+    # by then), so the gradients of the tensors swapped in were wrong.
+    want = []
+    for checkpoint in (False, True):
+        model = stack(checkpoint=checkpoint)
+        swapped = {k: (v.detach() * 1.5).requires_grad_() for k, v in model.named_parameters()}
+        torch.manual_seed(7)
+        torch.func.functional_call(model, swapped, (X,)).square().sum().backward()
+        want.append([swapped[k].grad for k in sorted(swapped)])
+    assert all(torch.equal(a, b) for a, b in zip(*want))
+
+
+def test_recomputing_a_batchnorm_block_moves_its_statistics_again() -> None:
+    # Documented limit, as with torch.utils.checkpoint: backward runs a checkpointed block's forward again, in
+    # train mode, so its BatchNorm running statistics are updated twice per step.
+    torch.manual_seed(0)
+    graph = hndl.zoo.get("resnet50", layers1=1, layers2=1, layers3=1, layers4=1, width=4, num_classes=5)
+    model = hndl.build(graph)
+    model.checkpointing(["layer1"])
+    bn = model.nodes.n_layer1[0].n_bn1
+    model(torch.randn(2, 3, 32, 32)).sum().backward()
+    assert int(bn.num_batches_tracked) == 2
+    stem = model.nodes.n_bn1
+    assert int(stem.num_batches_tracked) == 1

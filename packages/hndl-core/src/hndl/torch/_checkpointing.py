@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+from torch.func import functional_call
 from torch.utils.checkpoint import checkpoint
 
 from .. import _memory
@@ -34,7 +35,12 @@ class Recompute:
 
     With no gradient recorded (``torch.no_grad``, ``inference_mode``) there is nothing to save and the block is
     called as it is, so evaluation runs exactly as without checkpointing. ``preserve_rng_state`` (torch's
-    default) makes the recomputation draw the same dropout masks, so gradients equal those without it."""
+    default) makes the recomputation draw the same dropout masks, so gradients equal those without it.
+
+    The recomputation runs in backward, maybe after ``torch.func.functional_call`` has put the model's own
+    tensors back: it would then recompute with other weights than the forward used, and give wrong gradients.
+    So the forward hands the checkpoint the block's registered tensors as they are, and a recomputation that
+    finds others registered runs the block with those it was given."""
 
     __slots__ = ("block",)
 
@@ -43,10 +49,23 @@ class Recompute:
 
     def __call__(self, *inputs: Any) -> Any:
         if torch.is_grad_enabled():
-            return checkpoint(self.block, *inputs, use_reentrant=False)
+            return checkpoint(self._run, _registered(self.block), *inputs, use_reentrant=False)
         return self.block(*inputs)
 
     forward = __call__  # the generated call's FORWARD form reads ``.forward``
+
+    def _run(self, tensors: dict[str, torch.Tensor], *inputs: Any) -> Any:
+        now = _registered(self.block)
+        if now.keys() == tensors.keys() and all(now[k] is t for k, t in tensors.items()):
+            return self.block(*inputs)
+        return functional_call(self.block, tensors, inputs, tie_weights=False, strict=False)
+
+
+def _registered(block: nn.Module) -> dict[str, torch.Tensor]:
+    """The tensors registered below ``block`` now, by name (a tied tensor under each of its names)."""
+    found = dict(block.named_parameters(remove_duplicate=False))
+    found.update(block.named_buffers(remove_duplicate=False))
+    return found
 
 
 def flagged(plan: Plan) -> frozenset[int]:
