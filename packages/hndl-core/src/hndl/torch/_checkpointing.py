@@ -63,7 +63,7 @@ class Recompute:
 
 def _registered(block: nn.Module) -> dict[str, torch.Tensor]:
     """The tensors registered below ``block`` now, by name (a tied tensor under each of its names)."""
-    found = dict(block.named_parameters(remove_duplicate=False))
+    found: dict[str, torch.Tensor] = dict(block.named_parameters(remove_duplicate=False))
     found.update(block.named_buffers(remove_duplicate=False))
     return found
 
