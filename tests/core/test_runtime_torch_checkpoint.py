@@ -169,3 +169,13 @@ def test_checkpoint_wrapper_survives_half_and_deepcopy() -> None:
     assert_same(gradients(clone, clone, inputs), want)
     doubled = copy.deepcopy(model).double()
     assert doubled(inputs[0].double()).dtype == torch.float64
+
+
+def test_offload_wrapper_on_a_block_is_seen_through_too() -> None:
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import offload_wrapper
+
+    model = tiny_gpt2()
+    inputs = gpt2_inputs(model)
+    want = gradients(model, model, inputs)
+    model.nodes.n_h[0] = offload_wrapper(model.nodes.n_h[0])
+    assert_same(gradients(model, model, inputs), want)
