@@ -46,6 +46,7 @@ from ._spec_loader import looks_like_text as _spec_text
 from ._spec_schema import spec_schema as spec_schema
 from ._summary import Summary as Summary
 from ._summary import SummaryRow as SummaryRow
+from ._training_memory import TrainingMemory as TrainingMemory
 
 if TYPE_CHECKING:
     from .importer import ImportedGraph
@@ -75,6 +76,7 @@ __all__ = [
     "Step",
     "Summary",
     "SummaryRow",
+    "TrainingMemory",
     "TensorType",
     "build",
     "check",
@@ -176,6 +178,8 @@ def summary(
     depth: int | None = None,
     input_size: Any = None,
     input_data: Any = None,
+    train: bool = False,
+    optimizer: str | None = None,
     **dims: Any,
 ) -> Summary:
     """The :class:`Summary` of a graph or a built model: one row per node (qualified name, op and layer class,
@@ -188,7 +192,10 @@ def summary(
     bind the inputs' symbols (``B=8``), or ``input_size`` binds them from the inputs' sizes as torchinfo takes
     them (``input_size=(8, 3, 224, 224)``; a list of sizes for several inputs); without them, multiply-adds and
     activation memory are expressions, and the table names the symbols left. ``depth=1`` shows each subgraph
-    node as one row with its subtotals.
+    node as one row with its subtotals. ``train=True`` adds the memory of one training step
+    (:attr:`Summary.training`): parameters, gradients, the state of ``optimizer`` (``"sgd"``,
+    ``"sgd-momentum"``, ``"adam"``, ``"adamw"``, the default), and the activations kept for backward with and
+    without the model's current checkpointing (SPEC 16).
     Any other ``torch.nn.Module`` is imported first (:func:`from_module`), given its inputs' sizes as torchinfo
     takes them, ``input_size=(1, 3, 224, 224)`` (a name such as ``"B"`` makes a dim symbolic), or example
     inputs, ``input_data=x``.
@@ -204,7 +211,7 @@ def summary(
         from .torch._meta import build_on_meta
 
         source = build_on_meta(source)
-    return make_summary(source, depth=depth, input_size=input_size, **dims)
+    return make_summary(source, depth=depth, input_size=input_size, train=train, optimizer=optimizer, **dims)
 
 
 def _imported(source: Any, input_size: Any, input_data: Any, dims: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:

@@ -200,9 +200,16 @@ def validate_params(
             hint = suggestion(key, sorted(known)) or (
                 f"{opdef.name} takes: {', '.join(sorted(known))}" if known else f"{opdef.name} takes no parameters"
             )
+            message = f"unknown parameter {excerpt(key)}"
+            if key == "checkpoint":  # activation checkpointing marks a segment: a subgraph use, not one layer
+                message = f"{message}: only a graph node (a subgraph use or repeat) can be checkpointed"
+                hint = (
+                    "put the nodes to recompute in a graph under graphs: and use it with {op: graph, graph: NAME, "
+                    "checkpoint: true}"
+                )
             problems.add(
                 "E_PARAM",
-                f"unknown parameter {excerpt(key)}",
+                message,
                 node=qualname,
                 op=opdef.name,
                 location=node.where(key),

@@ -21,6 +21,7 @@ from ._dim_factor import factored_text
 from ._dims import Dim, dim_add, free_symbols, substitute
 from ._errors import HndlError, Problem
 from ._hints import shape_fix
+from ._training_memory import TrainingMemory, training_memory
 from .naming import excerpt, printable, suggestion
 
 __all__ = ["Summary", "SummaryRow", "summary"]
@@ -82,6 +83,9 @@ class Summary:
         activation_bytes: the bytes of every node's outputs for one forward pass (what training keeps for the
             backward pass, at most), ``int`` or expression text like ``macs``.
         unbound: the inputs' symbols the caller did not bind (the counts stay expressions in them), sorted.
+        training: with ``train=True``, the memory of one training step (:class:`~hndl.TrainingMemory`):
+            parameters, gradients, optimizer state, activations kept for backward with and without the
+            model's current checkpointing; ``None`` otherwise.
     """
 
     name: str
@@ -98,6 +102,7 @@ class Summary:
     uncounted: tuple[str, ...]
     activation_bytes: int | str
     unbound: tuple[str, ...] = ()
+    training: TrainingMemory | None = None
 
     @property
     def total_params(self) -> int:
@@ -118,6 +123,7 @@ class Summary:
             "size_mb": self.size_mb,
             "macs": self.macs,
             "activation_bytes": self.activation_bytes,
+            **({"training": self.training.as_dict()} if self.training is not None else {}),
         }
 
     def lines(self, width: int = WIDTH) -> list[str]:
@@ -184,6 +190,12 @@ class Summary:
                 "input_size=(...) or --input-size)",
                 width,
             )
+        if self.training is not None:
+            tail += [
+                wrapped
+                for line in self.training.lines()
+                for wrapped in textwrap.wrap(line, width, subsequent_indent=" " * 16)
+            ]
         return [printable(line) for line in head] + [printable(line) for line in table + tail]
 
     def __str__(self) -> str:
@@ -198,6 +210,8 @@ def summary(
     *,
     depth: int | None = None,
     input_size: Any = None,
+    train: bool = False,
+    optimizer: str | None = None,
     **dims: int,
 ) -> Summary:
     """The :class:`Summary` of a built :class:`~hndl.torch.GraphModule`; :func:`hndl.summary` builds a
@@ -211,12 +225,16 @@ def summary(
         input_size: the inputs' sizes, as torchinfo takes them: ``(8, 3, 224, 224)`` for one input, a list of
             such tuples for several (in the graph's input order); the symbols of the inputs' contracts are bound
             from them (``B=8, H=224, W=224``).
+        train: also count the memory of one training step (:attr:`Summary.training`).
+        optimizer: whose state to count with ``train``: ``"sgd"``, ``"sgd-momentum"``, ``"adam"`` or
+            ``"adamw"`` (the default); giving one implies ``train``.
         **dims: sizes of the graph inputs' symbols (``B=8, T=128``); shapes, multiply-adds and activation
             memory of unbound symbols stay expressions.
 
     Raises:
         HndlError: E_INPUT for a dim the graph does not have, a size that is not a positive int, or an
-            ``input_size`` that does not fit the inputs' contracts (with the edit that would make it fit).
+            ``input_size`` that does not fit the inputs' contracts (with the edit that would make it fit), or an
+            optimizer hndl does not know.
     """
     model = source if hasattr(source, "plan") and hasattr(source, "node_module") else None
     if model is None:
@@ -240,6 +258,10 @@ def summary(
     trainable = sum(p.numel() for p in params if p.requires_grad)
     macs, activations = maker.total_macs, maker.total_bytes
     graph = checked.graph
+    unbound = tuple(sorted(_input_symbols(checked) - dims.keys()))
+    training = None
+    if train or optimizer is not None:
+        training = training_memory(model, env, "adamw" if optimizer is None else optimizer, bool(unbound))
     return Summary(
         name=graph.name,
         inputs={n: _shape(checked.types[v].shape, env) for n, v in zip(checked.input_names, checked.input_ids)},
@@ -254,7 +276,8 @@ def summary(
         macs=_value(macs, env) if macs is not None else "unknown",
         uncounted=tuple(maker.uncounted),
         activation_bytes=_value(activations, env) if activations is not None else "unknown",
-        unbound=tuple(sorted(_input_symbols(checked) - dims.keys())),
+        unbound=unbound,
+        training=training,
     )
 
 

@@ -5,6 +5,7 @@
     hndl check FILE|DIR...            every problem in every file, as file:line:col: CODE op 'node': message
     hndl summary FILE [--dims B=8]    one row per node: op and layer, inputs, shapes, parameters, MACs; totals
                  [--input-size 8,3,224,224]  (the symbols bound from the inputs' sizes instead)
+                 [--train [--optimizer adamw]]  (also one training step's memory)
     hndl draw FILE -o OUT [--dpi N]   a picture: .svg or .png (Graphviz's dot; PNG at 300 dpi), .dot or .mmd
     hndl ops [NAME]                   the ops (name and summary), or one op: parameters, ports, shape rule
     hndl import REF --input SIZES     an nn.Module (package.module:name) as a spec file (hndl.from_module)
@@ -158,6 +159,18 @@ def parser() -> argparse.ArgumentParser:
         help="an input's size, binding the symbols of its shape (torchinfo's input_size); once per input, in order",
     )
     summary_cmd.add_argument("--depth", type=_depth, default=None, metavar="N", help=depth_help)
+    summary_cmd.add_argument(
+        "--train",
+        action="store_true",
+        help="also count one training step's memory: parameters, gradients, optimizer state, and the activations "
+        "kept for backward with and without the spec's checkpointing",
+    )
+    summary_cmd.add_argument(
+        "--optimizer",
+        default=None,
+        metavar="NAME",
+        help="the optimizer whose state --train counts: sgd, sgd-momentum, adam, adamw (default; implies --train)",
+    )
     summary_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
 
     draw_cmd = commands.add_parser(
@@ -385,6 +398,8 @@ def _summary(args: argparse.Namespace, *, out: IO[str]) -> int:
                 model,
                 depth=args.depth,
                 input_size=None if sizes is None else sizes[0] if len(sizes) == 1 else sizes,
+                train=args.train,
+                optimizer=args.optimizer,
                 **args.dims,
             )
         except DimError as exc:  # the model checked without them: the sizes given make a dim past int64

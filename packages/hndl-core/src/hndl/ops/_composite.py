@@ -96,6 +96,14 @@ op(
             doc="the graph's inputs that every repetition reads from this node's inputs (a mask, a position "
             "bias), instead of from the previous repetition's outputs",
         ),
+        Param(
+            "checkpoint",
+            "bool",
+            default=False,
+            doc="recompute each use (each repetition) in backward instead of keeping its activations: "
+            "torch.utils.checkpoint around it while gradients are recorded, as model.checkpointing() switches "
+            "at run time (SPEC 16)",
+        ),
     ],
     inputs=[Port("inputs", None, dtype="any", doc="one value per input of the graph", variadic=True)],
     outputs=[Port("outputs", None, dtype="any", doc="the graph's outputs, in declared order")],

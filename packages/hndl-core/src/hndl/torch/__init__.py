@@ -3,6 +3,7 @@
 This subpackage imports torch; the rest of hndl does not.
 """
 
+from ._blocks import Block as Block
 from ._build import build_module as build_module
 from ._export import EXPORT_STATIC as EXPORT_STATIC
 from ._export import dynamic_shapes as dynamic_shapes
@@ -15,6 +16,7 @@ from ._state import TensorSlot as TensorSlot
 
 __all__ = [
     "EXPORT_STATIC",
+    "Block",
     "BuildState",
     "GraphModule",
     "ModuleSlot",

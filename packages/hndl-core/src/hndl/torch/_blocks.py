@@ -100,8 +100,9 @@ validating: ContextVar[Callable[[Block, Program, tuple[Any, ...]], Any] | None] 
 
 def run_program(block: nn.Module, program: Program, inputs: Sequence[Any]) -> Any:
     """Run ``program``'s steps below ``block``: each layer through ``__call__``, values dropped after their last
-    reader; a layer that raises is ``E_RUNTIME`` naming its node (an ``HndlError`` passes as it is)."""
-    from ._validate import layer_failure
+    reader; a layer that raises is ``E_RUNTIME`` naming its node (an ``HndlError`` and torch's control flow,
+    ``_validate.CONTROL_FLOW``, pass as they are)."""
+    from ._validate import CONTROL_FLOW, layer_failure
 
     values = dict(zip(program.inputs, inputs))
     for path, ins, outs, drop, step in program.items:
@@ -111,7 +112,7 @@ def run_program(block: nn.Module, program: Program, inputs: Sequence[Any]) -> An
         args = [values[v] for v in ins]
         try:
             result = module(*args)
-        except HndlError:
+        except CONTROL_FLOW:
             raise
         except Exception as exc:
             raise layer_failure(step.node, args, exc) from exc

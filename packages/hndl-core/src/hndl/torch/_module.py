@@ -25,7 +25,8 @@ from torch.nn import functional as _functional
 from .._errors import HndlError, Problem
 from .._plan import Plan, Step
 from ..naming import suggestion
-from . import _export, _hooks, _pipeline, _shard, _tensor_parallel
+from . import _checkpointing, _export, _hooks, _pipeline, _shard, _tensor_parallel
+from ._activation_wrappers import is_activation_wrapper, unwrap
 from ._blocks import collapse, collapsed_plan, install_programs, validating
 from ._codegen import CALL, FORWARD, Compiled, compile_graph, make_function
 from ._fsdp import reshard_after_failure
@@ -41,7 +42,15 @@ from ._guards import (
 from ._inline import Inline, in_place_steps, inline_for, sole_owner
 from ._state import BuildState, walk_modules
 from ._symbolic import SymbolicCheck, proven_for_all_bindings
-from ._validate import check_declared_outputs, check_inputs, check_state, layer_failure, parameter_dtype, run_checked
+from ._validate import (
+    CONTROL_FLOW,
+    check_declared_outputs,
+    check_inputs,
+    check_state,
+    layer_failure,
+    parameter_dtype,
+    run_checked,
+)
 
 __all__ = ["GraphModule", "SIGNATURE_CACHE_SIZE"]
 
@@ -135,6 +144,7 @@ class GraphModule(nn.Module):
     _runtime: _Runtime
     _state_version: int
     _symbolic: SymbolicCheck | None
+    _checkpointed: frozenset[int]
 
     def __init__(self, plan: Plan, nodes: nn.ModuleDict) -> None:
         super().__init__()
@@ -181,12 +191,14 @@ class GraphModule(nn.Module):
 
     def node_module(self, path: Sequence[str]) -> nn.Module | None:
         """The live module at a node's path under ``nodes`` (``step.node.path`` of a :attr:`plan` step), or
-        ``None`` when something on the way was removed or set to ``None``."""
+        ``None`` when something on the way was removed or set to ``None``. An activation wrapper on the way
+        (``checkpoint_wrapper`` around a block) is seen through; one at the end is what is returned: it is what
+        runs that node."""
         module: Any = self._modules.get("nodes")
         for key in path:
             if module is None:
                 return None
-            module = module._modules.get(key)
+            module = unwrap(module)._modules.get(key)
         return module
 
     def replace_layer(self, node: str, module: nn.Module) -> None:
@@ -218,13 +230,74 @@ class GraphModule(nn.Module):
                 )
             )
         path = step.node.path
-        parent = self.node_module(path[:-1]) if len(path) > 1 else self._modules["nodes"]
+        parent = unwrap(self.node_module(path[:-1])) if len(path) > 1 else self._modules["nodes"]
         if parent is None:
             raise HndlError(step.node.problem("E_RUNTIME", "the module holding this node's layer was removed"))
         with self._lock:
             self._build_state.adopt("nodes." + ".".join(path), module, step.node.qualname, step.node.op)
             parent.add_module(path[-1], module)  # PyTorch's registration hook gives a new state version
             bump(self)
+
+    # -- activation checkpointing (hndl/torch/_checkpointing.py; SPEC.md section 16) ------------------------
+
+    @property
+    def checkpointed(self) -> tuple[str, ...]:
+        """The subgraph uses recomputed in backward (``("h.0", "h.1")``), in step order."""
+        return _checkpointing.names_of(self._plan, self._checkpointed)
+
+    def checkpointing(
+        self, nodes: Sequence[str] | str | None = None, budget: int | None = None, **dims: int
+    ) -> tuple[str, ...]:
+        """Choose which subgraph uses recompute their activations in backward instead of keeping them.
+
+        ``nodes`` names them: a ``graph`` node stands for all its uses (``"h"``), a use for itself (``"h.3"``);
+        ``budget`` (bytes) lets hndl choose them instead, so the estimated activation peak of a training step
+        at ``dims`` fits it at little extra compute (:mod:`hndl._memory`); neither turns checkpointing off
+        (``model.checkpointing(None)``). It replaces what the spec's ``checkpoint: true`` chose. No rebuild and
+        no new validation: the next call takes the fast path with every check in place. A use recomputes only
+        while gradients are recorded; under ``torch.no_grad`` the model runs as without checkpointing.
+
+        Args:
+            nodes: the uses to recompute, or None.
+            budget: activation bytes to fit, or None; needs every symbol of the inputs in ``dims``.
+            **dims: sizes of the inputs' symbols for ``budget`` (``B=8, T=512``).
+
+        Returns:
+            The uses now recomputed, as :attr:`checkpointed` gives them.
+
+        Raises:
+            HndlError: E_PARAM for a name that is not a subgraph use, both ``nodes`` and ``budget`` given, or a
+                budget that cannot be met (the message names the smallest feasible one); E_INPUT for a bad dim.
+                The setting is unchanged after an error.
+        """
+        if nodes is not None and budget is not None:
+            raise HndlError(
+                Problem(
+                    "E_PARAM",
+                    "checkpointing takes the uses to recompute or a budget, not both",
+                    expected="nodes=... or budget=...",
+                    actual="both",
+                )
+            )
+        if dims and budget is None:
+            raise HndlError(
+                Problem(
+                    "E_PARAM",
+                    "dims size a budget; without budget= they mean nothing",
+                    expected="budget=... with the dims",
+                    actual=", ".join(dims),
+                )
+            )
+        if budget is not None:
+            chosen = _checkpointing.planned(self, budget, dims)
+        else:
+            chosen = frozenset() if nodes is None else _checkpointing.resolve(self._plan, nodes)
+        with self._lock:
+            self.__dict__["_checkpointed"] = chosen
+            # The same stores record: what it proved about the registered state still holds, and a change
+            # made since is still found by the next call's comparison.
+            self._install(self._leaves(), self._runtime.stores)
+        return self.checkpointed
 
     # -- runtime state --------------------------------------------------------------------------------------
 
@@ -236,9 +309,11 @@ class GraphModule(nn.Module):
         d["_signatures_version"] = None
         d["_lock"] = threading.RLock()
         d["_owned"] = frozenset()
+        # The checkpointed uses are a setting of the model, not runtime state: copies and pickles keep it.
+        d.setdefault("_checkpointed", _checkpointing.flagged(self._plan))
         d["_symbolic"] = SymbolicCheck(self._plan, check_inputs) if proven_for_all_bindings(self._plan) else None
         bump(self)
-        install_programs(self._plan, enumerate(self._blocks()))
+        install_programs(self._plan, ((i, unwrap(block)) for i, block in enumerate(self._blocks())))
         self._install(self._leaves(), verified=verified)
 
     def _leaves(self) -> list[nn.Module | None]:
@@ -249,12 +324,20 @@ class GraphModule(nn.Module):
         return [self.node_module(group.path) for group in self._plan.groups]
 
     def _effective(self) -> tuple[Plan, list[nn.Module | None], set[int]]:
-        """The steps as they run now (each block that a hook or ``compile()`` observes is one step called
-        through ``__call__``), their modules, and which groups are called."""
+        """The steps as they run now (each block that a hook or ``compile()`` observes, that an activation
+        wrapper holds, or that is checkpointed, is one step that calls it), their modules, and which groups are
+        called."""
+        checkpointed = self._checkpointed
         called = {
             i
             for i, block in enumerate(self._blocks())
-            if block is not None and (any(hook_dicts(block)) or block.__dict__.get("_compiled_call_impl") is not None)
+            if block is not None
+            and (
+                i in checkpointed
+                or any(hook_dicts(block))
+                or block.__dict__.get("_compiled_call_impl") is not None
+                or is_activation_wrapper(block)
+            )
         }
         if not called:
             return self._plan, self._leaves(), called
@@ -301,9 +384,10 @@ class GraphModule(nn.Module):
             settle=GraphModule._settle,
             fail=partial(_fast_failure, compiled, plan),
         )
+        run = _checkpointing.runners(self._plan, plan, leaves, self._checkpointed)
         for i, (module, form) in enumerate(zip(leaves, forms)):
             # A missing module can only be met after validation, which reports it; never called before.
-            namespace[f"m{i}"] = _MISSING if module is None else module
+            namespace[f"m{i}"] = _MISSING if module is None else run[i]
             if module is not None and isinstance(form, Inline):
                 # Bound with the record: it compares these dicts by identity on every call (see ._inline).
                 namespace.update({f"p{i}": module._parameters, f"d{i}": module.__dict__, f"k{i}": type(module)})
@@ -436,7 +520,8 @@ class GraphModule(nn.Module):
         # A block called through its hooks (FSDP2 gathers its parameters there) runs its steps with these checks.
         token = validating.set(partial(self._validate_block, env, called)) if called else None
         try:
-            run_checked(running.steps, modules, values, env, running.last_use)  # type: ignore[arg-type]
+            run = _checkpointing.runners(plan, running, modules, self._checkpointed)
+            run_checked(running.steps, run, values, env, running.last_use)
         finally:
             if token is not None:
                 validating.reset(token)
@@ -457,7 +542,7 @@ class GraphModule(nn.Module):
         for a block that is not one of this model's."""
         groups = self._plan.groups
         index = next((i for i, g in enumerate(groups) if g.qualname == program.qualname), None)
-        if index is None or self.node_module(groups[index].path) is not block:
+        if index is None or unwrap(self.node_module(groups[index].path)) is not block:
             return NotImplemented
         group = groups[index]
         steps = collapse(self._plan, group.start, group.stop, called, inside=index)
@@ -581,11 +666,13 @@ class GraphModule(nn.Module):
 
     # -- summary (hndl/_summary.py) ---------------------------------------------------------------------------
 
-    def summary(self, *, depth: int | None = None, **dims: int) -> Any:
+    def summary(
+        self, *, depth: int | None = None, train: bool = False, optimizer: str | None = None, **dims: int
+    ) -> Any:
         """This model's :class:`hndl.Summary` (prints as the table): see :func:`hndl.summary`."""
         from .._summary import summary
 
-        return summary(self, depth=depth, **dims)
+        return summary(self, depth=depth, train=train, optimizer=optimizer, **dims)
 
 
 class _Missing:
@@ -602,8 +689,9 @@ _MISSING = _Missing()
 
 def _fast_failure(compiled: Compiled, plan: Plan, self: GraphModule, exc: BaseException) -> None:
     """A layer raised on the fast path: find its step from the traceback line and raise E_RUNTIME from it. An
-    ``HndlError`` (from inside a called block, which names its own layer) goes on as it is."""
-    if isinstance(exc, HndlError):
+    ``HndlError`` (from inside a called block, which names its own layer) and torch's control flow
+    (``_validate.CONTROL_FLOW``: checkpoint's early stop) go on as they are."""
+    if isinstance(exc, CONTROL_FLOW):
         return
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename != compiled.filename:

@@ -16,6 +16,7 @@ from torch import nn
 
 from .._plan import Plan
 from ..naming import dtype_name
+from ._activation_wrappers import unwrap
 
 # A registered tensor's size and dtype are read as torch's kernels see them, through torch.Tensor's own
 # descriptors: a subclass that overrides the Python ``shape`` or ``dtype`` property cannot make a tensor of
@@ -34,7 +35,7 @@ def tensor_dtype(t: torch.Tensor) -> torch.dtype:
     return dtype
 
 
-__all__ = ["BuildState", "ModuleSlot", "TensorSlot", "walk_modules"]
+__all__ = ["BuildState", "ModuleSlot", "TensorSlot", "walk_built", "walk_modules"]
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,9 @@ class BuildState:
         built one (``__class__`` swaps included), or given its own ``forward``; a parameter or buffer added,
         removed, set to ``None``, or given another shape or dtype. A reorder is no mismatch (re-registering a
         deleted parameter, the way to put it back, appends it). A same-class replacement
-        with the same names and shapes, and a dtype/device conversion of the whole model, match the build.
+        with the same names and shapes, and a dtype/device conversion of the whole model, match the build. An
+        activation wrapper (``checkpoint_wrapper``) in a built module's place is seen through: the module it wraps
+        is compared.
 
         A *transformed* layer (an instance of a subclass of the built class, as parametrizations, FSDP2 or a
         user's subclass make; or one whose built tensors moved out of its stores, as pruning does) is checked
@@ -140,6 +143,7 @@ class BuildState:
         while stack:
             path, module = stack.pop()
             expected = self.modules.get(path)
+            module = unwrap(module)  # checkpoint_wrapper: the layer below it is the build (._activation_wrappers)
             what = f"submodule '{path}'" if path else f"graph '{self.graph_name}'"
             if expected is None:
                 node, op = self.owner_of(path)
@@ -251,7 +255,7 @@ def _record_tree(
     tensors: dict[str, TensorSlot],
 ) -> None:
     """Add a slot for every module, parameter and buffer of ``root``'s tree, ``root`` being at dotted ``base``."""
-    for sub, module in walk_modules(root):
+    for sub, module in walk_built(root):
         path = f"{base}.{sub}" if base and sub else (base or sub)
         node, op = _owner(path, owners)
         modules[path] = ModuleSlot(
@@ -290,8 +294,20 @@ def walk_modules(root: nn.Module) -> Iterator[tuple[str, nn.Module]]:
                 stack.append((f"{path}.{name}" if path else name, child))
 
 
+def walk_built(root: nn.Module) -> Iterator[tuple[str, nn.Module]]:
+    """As :func:`walk_modules`, with each activation wrapper seen through: the module it wraps stands at its
+    path, so paths are ``state_dict``'s (which the wrappers' own hooks strip of ``_checkpoint_wrapped_module``)."""
+    stack: list[tuple[str, nn.Module]] = [("", unwrap(root))]
+    while stack:
+        path, module = stack.pop()
+        yield path, module
+        for name, child in reversed(list(module._modules.items())):
+            if child is not None:
+                stack.append((f"{path}.{name}" if path else name, unwrap(child)))
+
+
 def _named_tensors(root: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    for path, module in walk_modules(root):
+    for path, module in walk_built(root):
         for store in (module._parameters, module._buffers):
             for name, value in store.items():
                 if value is not None:

@@ -30,6 +30,7 @@ __all__ = [
     "check_declared_outputs",
     "check_inputs",
     "check_state",
+    "CONTROL_FLOW",
     "layer_failure",
     "parameter_dtype",
     "run_checked",
@@ -358,6 +359,21 @@ def _dtype_reason(
     return "", ""
 
 
+def _control_flow() -> tuple[type[BaseException], ...]:
+    try:  # raised by torch.utils.checkpoint's pack hook to stop a recomputation early (``early_stop``)
+        from torch.utils.checkpoint import _StopRecomputationError
+    except ImportError:
+        return (HndlError,)
+    return (HndlError, _StopRecomputationError)
+
+
+#: What a layer may raise that is not its failure, so it passes on as it is: an ``HndlError`` (from a nested
+#: block or model, which names its own node) and torch's control-flow exceptions, which torch raises inside a
+#: forward to be caught by its own caller further out (``checkpoint``'s early stop ends the recomputation of
+#: a segment once the tensors it needs are saved; wrapped, it would reach backward as a layer failure).
+CONTROL_FLOW: tuple[type[BaseException], ...] = _control_flow()
+
+
 def layer_failure(node: CheckedNode, ins: Sequence[Any], exc: BaseException) -> HndlError:
     """E_RUNTIME for a layer that raised: names the node, op and input shapes; the caller chains ``exc``."""
     ports = _port_names(node, len(ins), outputs=False)
@@ -417,7 +433,7 @@ def run_checked(
             result = module(*ins)
         except OutputIndexError as exc:  # op module's 'output' selects a value the module does not return
             raise HndlError(node.problem("E_CONTRACT", str(exc), expected="'output' within the result")) from exc
-        except HndlError:  # from inside a called block: it names its own layer
+        except CONTROL_FLOW:  # an HndlError from inside a called block names its own layer
             raise
         except Exception as exc:
             raise layer_failure(node, ins, exc) from exc
