@@ -591,6 +591,18 @@ def test_the_ops_of_issues_21_and_22_import_op_for_op_with_equal_outputs(name: s
         assert torch.equal(expected_out, actual)
 
 
+def test_a_row_that_gets_the_dtype_wrong_is_the_importers_mistake(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hndl.importer._table import unary
+
+    monkeypatch.setitem(FUNCTIONS, "aten.gt.Scalar", unary("relu"))  # a wrong row: same shape, float not bool
+    with pytest.raises(hndl.HndlError) as err:
+        hndl.from_module(Fn(lambda x, y: x > 0), torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 4))
+    (problem,) = err.value.problems
+    assert (problem.code, problem.node, problem.op) == ("E_IMPORT", "relu", "relu")
+    assert problem.message == "hndl infers another dtype than torch traced (a mistake of the importer)"
+    assert (problem.expected, problem.actual) == ("bool", "float")
+
+
 def test_relu6_and_hardswish_layers_are_their_ops() -> None:
     net = M.Clipped()
     graph, model = imported(net, torch.randn(3, 4))

@@ -162,9 +162,9 @@ def test_stochastic_depth_is_drop_path_with_the_same_random_numbers() -> None:
 
 #: What each small transformers model waits on: the first ops its import reports as missing.
 TRANSFORMERS_WAITS = {
-    "gpt2": "arange, comparisons and cumsum for the causal mask, sdpa (issue 22), the tanh GELU's pow (issue 21)",
-    "bert": "constant buffers (position ids, issue 21), gather, arange and comparisons for the mask, sdpa (issue 22)",
-    "llama": "arange, comparisons and cumsum for the causal mask, rsqrt/pow (issue 21), cos/sin, sdpa (issue 22)",
+    "gpt2": "arange, new_ones, cumsum, diff and tensor indexing for the causal mask; sdpa with an attn_mask",
+    "bert": "buffers read as data (position and token type ids), gather, arange for the mask; sdpa with an attn_mask",
+    "llama": "arange, new_ones, cumsum, diff and tensor indexing for the causal mask; sdpa with an attn_mask",
 }
 
 

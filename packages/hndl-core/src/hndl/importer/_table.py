@@ -862,6 +862,8 @@ PENDING: dict[str, str] = {
     "aten.arange.default": "a row making arange of a traced size the positions op",
     "aten.arange.start": "a row making arange of a traced size the positions op",
     "aten.cumsum.default": "a cumsum op",
+    "aten.diff.default": "a diff op",
+    "aten.new_ones.default": "a constant tensor op",
     "aten.gather.default": "a gather op",
     "aten.index.Tensor": "a gather op (indexing by a tensor)",
 }
@@ -934,11 +936,13 @@ def _multihead_attention(call: Call) -> Emit:
     options.update(call.kwargs)
     for name in ("key_padding_mask", "attn_mask"):
         if options.get(name) is not None:
-            raise Unsupported(f"called with {name}", waits="the extended attention op (issue 22)")
+            raise Unsupported(f"called with {name}", waits="a MultiheadAttention row that passes masks on")
     if options.get("is_causal"):
-        raise Unsupported("called with is_causal=True", waits="the extended attention op (issue 22)")
+        raise Unsupported("called with is_causal=True", waits="a MultiheadAttention row that passes masks on")
     if not m.batch_first:
-        raise Unsupported("batch_first=False (sequence first)", waits="the extended attention op (issue 22)")
+        raise Unsupported(
+            "batch_first=False (sequence first)", waits="a MultiheadAttention row for sequence-first inputs"
+        )
     if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
         raise Unsupported("separate key/value sizes, bias_k/bias_v or add_zero_attn")
     if len(call.outputs) > 1 and call.used[1]:

@@ -285,7 +285,10 @@ class _Translator:
             return
         what = "buffer" if value.name in self.buffers else "constant tensor"
         key = self.buffers.get(value.name) or self.constants.get(value.name) or value.name
-        raise Unsupported(f"reads the {what} {key!r} as data", waits="a constant tensor op (issue 21)")
+        raise Unsupported(
+            f"reads the {what} {key!r} as data",
+            waits="a constant tensor op: the buffer op computes its values at build, not from a state dict",
+        )
 
     def _fallbacks(self, results: Mapping[Any, Any]) -> None:
         """Pass 2, end: each refused operation makes the innermost rebuildable layer around it a module node."""
