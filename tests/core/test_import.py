@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 from torch.export import Dim
+from torch.nn import functional as F
 
 import hndl
 from hndl.importer import FUNCTIONS, MIN_TORCH, MODULES, PENDING, ImportedGraph, ModeWarning
@@ -198,15 +199,15 @@ def test_tensors_the_forward_never_reads_map_to_none_and_are_not_built() -> None
 
 
 def test_a_layer_without_an_op_becomes_a_module_node_that_rebuilds_it() -> None:
-    net = M.Clipped()
+    net = M.Shrunk()
     graph, model = imported(net, torch.randn(3, 4))
-    assert graph.nodes["act"].params == {"target": "torch.nn:ReLU6", "kwargs": {"inplace": True}}
-    assert graph.nodes["out"].params == {"target": "torch.nn:Hardswish"}
+    assert graph.nodes["act"].params == {"target": "torch.nn:Hardshrink", "kwargs": {"lambd": 0.25}}
+    assert graph.nodes["out"].params == {"target": "torch.nn:Softshrink"}
     assert [(f.node, f.path, f.cls) for f in graph.fallbacks] == [
-        ("act", "act", "torch.nn.modules.activation.ReLU6"),
-        ("out", "out", "torch.nn.modules.activation.Hardswish"),
+        ("act", "act", "torch.nn.modules.activation.Hardshrink"),
+        ("out", "out", "torch.nn.modules.activation.Softshrink"),
     ]
-    assert graph.fallbacks[0].reason == "hndl has no op for aten.hardtanh_.default (waits on relu6 / clamp (issue 21))"
+    assert graph.fallbacks[0].reason == "hndl has no op for aten.hardshrink.default"
     with torch.no_grad():
         assert_same_outputs(net, model, torch.randn(3, 4) * 10)
     # A spec with module nodes loads only when imports are allowed.
@@ -241,8 +242,9 @@ def test_a_layer_that_cannot_be_rebuilt_is_an_error_naming_it_and_the_line() -> 
     (problem,) = err.value.problems
     assert problem.location == f"{SUPPORT / 'import_models.py'}:160"
     assert problem.headline().endswith(
-        "E_IMPORT Opaque 'opaque': hndl has no op for aten.exp.default (waits on exp (issue 21)) (at `return "
-        "torch.exp(x) * self.factor`); and no layer around it can be a module node: opaque (Opaque): constructor "
+        "E_IMPORT Opaque 'opaque': hndl has no op for aten.cumsum.default (waits on a cumsum op) (at `return "
+        "torch.cumsum(x, -1) * self.factor`); and no layer around it can be a module node: opaque (Opaque): "
+        "constructor "
         "argument(s) scale cannot be read back from the layer"
     )
 
@@ -433,17 +435,15 @@ def test_hndl_import_writes_the_spec_the_renames_and_the_weights(tmp_path: Path)
 
 
 def test_hndl_import_to_standard_output_writes_comments_after_the_spec(tmp_path: Path) -> None:
-    result = run_cli(tmp_path, "import", "import_models:Clipped", "--input", "2,4")
+    result = run_cli(tmp_path, "import", "import_models:Shrunk", "--input", "2,4")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "hndl: 1"
-    assert "  act: {op: module, in: fc, target: 'torch.nn:ReLU6', kwargs: {inplace: true}}" in lines
+    assert "  act: {op: module, in: fc, target: 'torch.nn:Hardshrink', kwargs: {lambd: 0.25}}" in lines
     assert lines[-3:] == [
-        "# Clipped: 3 nodes (2 module nodes), 20 parameters",
-        "# module node act (torch.nn.modules.activation.ReLU6): hndl has no op for aten.hardtanh_.default (waits on "
-        "relu6 / clamp (issue 21))",
-        "# module node out (torch.nn.modules.activation.Hardswish): hndl has no op for aten.hardswish.default (waits "
-        "on hardswish (issue 21))",
+        "# Shrunk: 3 nodes (2 module nodes), 20 parameters",
+        "# module node act (torch.nn.modules.activation.Hardshrink): hndl has no op for aten.hardshrink.default",
+        "# module node out (torch.nn.modules.activation.Softshrink): hndl has no op for aten.softshrink.default",
     ]
     hndl.check(hndl.loads(result.stdout, allow_imports=True))
 
@@ -495,7 +495,153 @@ def test_every_row_names_a_real_aten_operation_or_torch_nn_layer() -> None:
     assert not set(FUNCTIONS) & set(PENDING)
     for path in MODULES:
         module, _, cls = path.rpartition(".")
+        if not module.startswith("torch."):
+            continue  # torchvision's rows: tests/zoo/test_import_zoo.py, where torchvision imports
         assert isinstance(getattr(importlib.import_module(module), cls), type), path
+
+
+# --- the rows for the ops of issues 21 and 22 ------------------------------------------------------------------
+
+
+class Fn(nn.Module):
+    """``fn(x, y)`` as a module; ``x`` and ``y`` are ``[B, 2, 3, 4]``."""
+
+    def __init__(self, fn: Any) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> Any:
+        return self.fn(x, y)
+
+
+def _positive(x: torch.Tensor) -> torch.Tensor:
+    return x.abs() + 0.5
+
+
+#: name -> (x, y -> the traced computation, the hndl ops it must become, each op's parameters where they matter).
+ROWS: dict[str, tuple[Any, dict[str, dict[str, Any] | None]]] = {
+    "relu6": (lambda x, y: F.relu6(x * 4), {"relu6": {}}),
+    "relu6 in place": (lambda x, y: nn.ReLU6(inplace=True)(x * 4), {"relu6": {}}),
+    "hardtanh": (lambda x, y: F.hardtanh(x, -0.5, 0.25), {"hardtanh": {"min_val": -0.5, "max_val": 0.25}}),
+    "hardswish": (lambda x, y: nn.Hardswish(inplace=True)(x * 4), {"hardswish": {}}),
+    "hardsigmoid": (lambda x, y: F.hardsigmoid(x * 4), {"hardsigmoid": {}}),
+    "leaky_relu": (lambda x, y: F.leaky_relu(x, 0.2), {"leaky_relu": {"negative_slope": 0.2}}),
+    "elu": (lambda x, y: F.elu(x, alpha=0.5), {"elu": {"alpha": 0.5}}),
+    "selu, celu": (lambda x, y: F.selu(x) + F.celu(x, 2.0), {"selu": {}, "celu": {"alpha": 2.0}}),
+    "softplus, mish": (lambda x, y: F.softplus(x, beta=2.0) * F.mish(x), {"softplus": {"beta": 2.0}, "mish": {}}),
+    "glu, logsigmoid": (lambda x, y: F.glu(F.logsigmoid(x), dim=1), {"glu": {"dim": 1}, "logsigmoid": {}}),
+    "sub": (lambda x, y: x - y, {"sub": {}}),
+    "sub a number": (lambda x, y: x - 3, {"sub": {"b": 3}}),
+    "rsub": (lambda x, y: 1 - x, {"sub": {"a": 1}}),
+    "add a number": (lambda x, y: x + 0.5, {"add": {"b": 0.5}}),
+    "div": (lambda x, y: x / _positive(y), {"div": {}}),
+    "div by a number": (lambda x, y: x / 3, {"div": {"b": 3}}),
+    "pow": (lambda x, y: x**2 + 2**x + _positive(x) ** y, {"pow": None}),
+    "rsqrt, sqrt": (lambda x, y: torch.rsqrt(_positive(x)) + _positive(y).sqrt(), {"rsqrt": {}, "sqrt": {}}),
+    "exp, log": (lambda x, y: torch.exp(x) * torch.log(_positive(y)), {"exp": {}, "log": {}}),
+    "cos, sin": (lambda x, y: torch.cos(x) + torch.sin(y), {"cos": {}, "sin": {}}),
+    "neg, abs": (lambda x, y: -x.abs(), {"neg": {}, "abs": {}}),
+    "reciprocal, erf": (lambda x, y: torch.erf(x) * torch.reciprocal(_positive(y)), {"reciprocal": {}, "erf": {}}),
+    "minimum, maximum": (lambda x, y: torch.minimum(x, y) + torch.maximum(x, y), {"minimum": {}, "maximum": {}}),
+    "clamp": (lambda x, y: x.clamp(min=-0.5) + x.clamp(max=1) + x.clamp(-1.0, 1.0), {"clamp": None}),
+    "comparisons": (
+        lambda x, y: (x > y) | ~(x <= 0.5),
+        {"gt": {}, "le": {"b": 0.5}, "logical_or": {}, "logical_not": {}},
+    ),
+    "masks": (lambda x, y: ((x > y) & (x < 1)) ^ (y >= 0), {"logical_and": {}, "logical_xor": {}, "ge": {"b": 0}}),
+    "eq, ne": (lambda x, y: torch.logical_and(x == y, x != 0), {"eq": {}, "ne": {"b": 0}, "logical_and": {}}),
+    "where": (lambda x, y: torch.where(x > 0, x, y) + torch.where(x > y, 0.0, y), {"where": None}),
+    "cast": (lambda x, y: (x > 0).float() + (x * 10).to(torch.int64).double(), {"cast": None}),
+    "cast to an integer": (lambda x, y: (x * 10).to(torch.int64) - 1, {"cast": {"dtype": "int64"}, "sub": {"b": 1}}),
+    "tril, triu, roll": (
+        lambda x, y: torch.tril(x) + torch.triu(y, 1) + torch.roll(x, 1, 2),
+        {"tril": {}, "triu": {"diagonal": 1}, "roll": {"shifts": [1], "dims": [2]}},
+    ),
+    "sdpa": (lambda x, y: F.scaled_dot_product_attention(x, y, y), {"sdpa": {}}),
+    "sdpa causal, scaled": (
+        lambda x, y: F.scaled_dot_product_attention(x, y, y, is_causal=True, scale=0.25),
+        {"sdpa": {"causal": True, "scale": 0.25}},
+    ),
+    "sdpa grouped": (
+        lambda x, y: F.scaled_dot_product_attention(x, y[:, :1], y[:, 1:], enable_gqa=True),
+        {"sdpa": {}},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_the_ops_of_issues_21_and_22_import_op_for_op_with_equal_outputs(name: str) -> None:
+    fn, expected = ROWS[name]
+    net = Fn(fn)
+    x, y = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 4)
+    graph, model = imported(net, x, y, dynamic_shapes=({0: Dim("B")}, {0: Dim("B")}))
+    ops = {n.op: n.params for n in graph.nodes.values()}
+    assert "module" not in ops
+    assert graph.fallbacks == []
+    for op_name, params in expected.items():
+        assert op_name in ops, (op_name, ops)
+        if params is not None:
+            assert ops[op_name] == params, op_name
+    gen = torch.Generator().manual_seed(2)
+    for batch in (2, 3):
+        x, y = torch.randn(batch, 2, 3, 4, generator=gen) * 2, torch.randn(batch, 2, 3, 4, generator=gen)
+        y[:, :, 0] = x[:, :, 0]  # some equal elements for the comparisons
+        expected_out, actual = net(x, y), model(x, y)
+        assert expected_out.dtype == actual.dtype
+        assert torch.equal(expected_out, actual)
+
+
+def test_a_row_that_gets_the_dtype_wrong_is_the_importers_mistake(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hndl.importer._table import unary
+
+    monkeypatch.setitem(FUNCTIONS, "aten.gt.Scalar", unary("relu"))  # a wrong row: same shape, float not bool
+    with pytest.raises(hndl.HndlError) as err:
+        hndl.from_module(Fn(lambda x, y: x > 0), torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 4))
+    (problem,) = err.value.problems
+    assert (problem.code, problem.node, problem.op) == ("E_IMPORT", "relu", "relu")
+    assert problem.message == "hndl infers another dtype than torch traced (a mistake of the importer)"
+    assert (problem.expected, problem.actual) == ("bool", "float")
+
+
+def test_relu6_and_hardswish_layers_are_their_ops() -> None:
+    net = M.Clipped()
+    graph, model = imported(net, torch.randn(3, 4))
+    assert [(n.name, n.op) for n in graph.nodes.values()] == [("fc", "linear"), ("act", "relu6"), ("out", "hardswish")]
+    with torch.no_grad():
+        assert_same_outputs(net, model, torch.randn(3, 4) * 10)
+
+
+def test_an_sdpa_with_a_mask_says_what_it_waits_on() -> None:
+    net = Fn(lambda x, y: F.scaled_dot_product_attention(x, y, y, attn_mask=x[0, 0, :, :3] > 0))
+    with pytest.raises(hndl.HndlError) as err:
+        hndl.from_module(net, torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 4))
+    assert "with an attn_mask (sdpa's mask means something else) (waits on an sdpa mask with torch's broadcasting)" in (
+        str(err.value)
+    )
+
+
+def test_stochastic_depth_is_drop_path_in_both_modes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # torchvision's StochasticDepth has this row; the support module's copy of its class takes the same row here,
+    # where torchvision does not import (tests/zoo/test_import_zoo.py runs the real one).
+    row = MODULES["torchvision.ops.stochastic_depth.StochasticDepth"]
+    monkeypatch.setitem(MODULES, "import_models.StochasticDepth", row)
+    net = M.DeepResidual()
+    graph, model = imported(net, torch.randn(3, 4), dynamic_shapes=({0: Dim("B")},))
+    assert [(n.name, n.op, n.params) for n in graph.nodes.values() if n.op == "drop_path"] == [
+        ("row", "drop_path", {"p": 0.5}),
+        ("batch", "drop_path", {"p": 0.25, "mode": "batch"}),
+    ]
+    assert graph.fallbacks == []
+    assert graph.notes == []
+    with torch.no_grad():
+        assert_same_outputs(net, model, torch.randn(5, 4))
+    net.train()
+    model.train()
+    for seed in range(3):
+        torch.manual_seed(seed)
+        expected = net(torch.ones(64, 4))
+        torch.manual_seed(seed)
+        assert torch.equal(model(torch.ones(64, 4)), expected)
 
 
 def test_the_import_page_lists_every_row() -> None:

@@ -111,7 +111,7 @@ class WithUnused(nn.Module):
 
 
 class Clipped(nn.Module):
-    """ReLU6 and Hardswish: torch.nn layers hndl has no op for yet (issue 21), kept as module nodes."""
+    """ReLU6 and Hardswish (MobileNet's activations): ``relu6`` and ``hardswish``."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -157,7 +157,7 @@ class Opaque(nn.Module):
         self.factor = scale
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.exp(x) * self.factor
+        return torch.cumsum(x, -1) * self.factor
 
 
 class UsesOpaque(nn.Module):
@@ -273,3 +273,50 @@ class Tagger(nn.Module):
     def forward(self, ids: Tensor) -> Tensor:
         out, _ = self.lstm(self.emb(ids))
         return self.head(out)
+
+
+class Shrunk(nn.Module):
+    """Hardshrink and Softshrink: torch.nn layers hndl has no op for, kept as module nodes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.act = nn.Hardshrink(0.25)
+        self.out = nn.Softshrink()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.out(self.act(self.fc(x)))
+
+
+class StochasticDepth(nn.Module):
+    """torchvision's ``StochasticDepth`` as it is written (``torchvision.ops.stochastic_depth``), for the tests
+    that run without torchvision: the identity in eval mode, whole samples dropped in training mode."""
+
+    def __init__(self, p: float, mode: str) -> None:
+        super().__init__()
+        self.p = p
+        self.mode = mode
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        survival = 1.0 - self.p
+        size = [x.shape[0]] + [1] * (x.ndim - 1) if self.mode == "row" else [1] * x.ndim
+        noise = torch.empty(size, dtype=x.dtype, device=x.device).bernoulli_(survival)
+        if survival > 0.0:
+            noise.div_(survival)
+        return x * noise
+
+
+class DeepResidual(nn.Module):
+    """Residual branches with stochastic depth, per sample and for the whole batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.row = StochasticDepth(0.5, "row")
+        self.batch = StochasticDepth(0.25, "batch")
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.row(self.fc(x))
+        return x + self.batch(self.fc(x))

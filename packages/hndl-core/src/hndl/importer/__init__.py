@@ -179,14 +179,14 @@ def _check_example_sizes(module: Any, args: tuple[Any, ...], dynamic_shapes: Any
 
 
 def _traced_in_training(module: Any) -> frozenset[str]:
-    """Layers to trace in training mode: no children, no row, outside torch.nn, and a forward that reads
-    ``self.training`` (torchvision's ``StochasticDepth`` is the identity in eval mode and leaves no trace)."""
-    from ._table import module_row
+    """Layers to trace in training mode and keep whole: no children, outside torch.nn, and a forward that reads
+    ``self.training`` (torchvision's ``StochasticDepth`` is the identity in eval mode and leaves no trace). Each
+    becomes its ``MODULES`` row's node where it has one, else a ``module`` node."""
     from ._trace import reads_training
 
     chosen = set()
     for path, m in module.named_modules():
-        if not path or next(m.children(), None) is not None or module_row(m) is not None:
+        if not path or next(m.children(), None) is not None:
             continue
         if type(m).__module__.startswith("torch.nn.") or not reads_training(m):
             continue

@@ -7,9 +7,9 @@
 layers whose traced operations do not say all they do: a ``BatchNorm2d`` traced in eval mode shows only its
 eval-mode arithmetic, not that it updates running statistics in training mode.
 
-A new hndl op is a new row: ``"aten.hardswish.default": unary("hardswish")``. ``PENDING`` lists the operations
-common models use that have no hndl op yet, with the op that will take them, so an import that meets one says
-what it waits on.
+A new hndl op is a new row (``"aten.hardswish.default": unary("hardswish")``). ``PENDING`` lists the operations
+common models use that no row takes yet, with what would take them, so an import that meets one says what it
+waits on.
 """
 
 from __future__ import annotations
@@ -180,7 +180,10 @@ def _gelu(site: Site) -> Emit:
     return Emit("gelu", [site.tensor("self")], {} if approximate == "none" else {"approximate": approximate})
 
 
-def _binary(op: str, scalar: Callable[[Site, Any, Any], Emit] | None = None) -> Row:
+def _binary(op: str, scalar: Callable[[Site, Any, Any], Emit] | None = None, numbers: bool = True) -> Row:
+    """``op`` of ``self`` and ``other``: two tensors, or (``numbers``) a tensor and a number, which becomes the
+    op's ``b`` parameter (hndl's binary ops promote a number as torch promotes a Python number)."""
+
     def row(site: Site) -> Emit:
         a = site.tensor("self")
         other = site.args.get("other")
@@ -190,19 +193,172 @@ def _binary(op: str, scalar: Callable[[Site, Any, Any], Emit] | None = None) -> 
             return Emit(op, [a, other])
         if scalar is not None:
             return scalar(site, a, other)
-        raise Unsupported(f"{op} of a tensor and the constant {other!r}", waits="a constant tensor op (issue 21)")
+        if numbers:
+            return Emit(op, [a], {"b": _constant(other, op)})
+        raise Unsupported(f"{op} of a tensor and the constant {other!r} (torch.{op} takes tensors only)")
 
     return row
 
 
+def _constant(value: Any, what: str) -> int | float:
+    """A number operand as a node parameter: an int stays an int (``x - 1`` on int64 stays int64)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Unsupported(f"{what} with the operand {_show(value)}, which is not a constant int or float")
+    return value
+
+
 def _times_constant(site: Site, a: Any, other: Any) -> Emit:
+    """A floating tensor times a number that keeps its dtype is ``scale``; anything else ``mul`` with ``b``."""
     import torch
 
-    if isinstance(other, bool) or not isinstance(other, (int, float)) or not a.meta["val"].is_floating_point():
-        raise Unsupported(f"mul of a tensor and {other!r}")
-    if not isinstance(site.out, torch.Tensor) or site.out.dtype != a.meta["val"].dtype:
-        raise Unsupported("mul by a constant that changes the dtype")
-    return Emit("scale", [a], {"factor": float(other)})
+    factor = _constant(other, "mul")
+    same = isinstance(site.out, torch.Tensor) and site.out.dtype == a.meta["val"].dtype
+    if a.meta["val"].is_floating_point() and same:
+        return Emit("scale", [a], {"factor": float(factor)})
+    return Emit("mul", [a], {"b": factor})
+
+
+def _rsub(site: Site) -> Emit:
+    """``rsub(x, y)`` is ``y - x``: ``1 - x`` traces as ``rsub.Scalar(x, 1)``, the number is ``sub``'s ``a``."""
+    if site.args.get("alpha", 1) != 1:
+        raise Unsupported(f"rsub with alpha={site.args['alpha']!r}")
+    x = site.tensor("self")
+    other = site.args.get("other")
+    if _is_tensor_node(other):
+        return Emit("sub", [other, x])
+    return Emit("sub", [x], {"a": _constant(other, "rsub")})
+
+
+def _power(site: Site) -> Emit:
+    """``x ** y``, ``x ** n`` (the number is ``b``) and ``n ** x`` (``pow.Scalar``: the number is ``a``)."""
+    exponent = site.args.get("exponent")
+    base = site.args.get("self")
+    if not _is_tensor_node(base):
+        return Emit("pow", [site.tensor("exponent")], {"a": _constant(base, "pow")})
+    if _is_tensor_node(exponent):
+        return Emit("pow", [base, exponent])
+    return Emit("pow", [base], {"b": _constant(exponent, "pow")})
+
+
+def _floating(site: Site, name: str = "self") -> Any:
+    """The tensor ``name``, which must be floating: hndl's activation ops take floating tensors, as torch.nn's do."""
+    x = site.tensor(name)
+    if not x.meta["val"].is_floating_point():
+        raise Unsupported(f"{site.node.target} of a {x.meta['val'].dtype} tensor (hndl's op takes floating tensors)")
+    return x
+
+
+def activation(op: str, **params: str) -> Row:
+    """``op`` on the floating argument ``self``, its parameters read from the arguments named
+    (``activation("leaky_relu", negative_slope="negative_slope")``)."""
+
+    def row(site: Site) -> Emit:
+        x = _floating(site)
+        return Emit(op, [x], {mine: float(site.number(theirs)) for mine, theirs in params.items()})
+
+    return row
+
+
+def _hardtanh(site: Site) -> Emit:
+    """``F.hardtanh``, and ``nn.ReLU6``, which torch.export writes as ``hardtanh(x, 0.0, 6.0)``: ``relu6`` at 0 and 6,
+    else ``hardtanh`` with its bounds (``clamp`` where they are not ordered, which hardtanh refuses)."""
+    x = _floating(site)
+    low, high = float(site.number("min_val")), float(site.number("max_val"))
+    if (low, high) == (0.0, 6.0):
+        return Emit("relu6", [x])
+    if not high > low:
+        return Emit("clamp", [x], {"min": low, "max": high})
+    return Emit("hardtanh", [x], {"min_val": low, "max_val": high})
+
+
+def _elu(site: Site) -> Emit:
+    if site.args.get("scale", 1) != 1 or site.args.get("input_scale", 1) != 1:
+        raise Unsupported("elu with a scale or input_scale other than 1")
+    return Emit("elu", [_floating(site)], {"alpha": float(site.number("alpha"))})
+
+
+def _clamp(*bounds: str) -> Row:
+    """``clamp``, ``clamp_min``, ``clamp_max`` with number bounds (a bound left ``None`` is open)."""
+
+    def row(site: Site) -> Emit:
+        params: dict[str, Any] = {}
+        for name in bounds:
+            value = site.args.get(name)
+            if _is_tensor_node(value):
+                raise Unsupported(f"clamp with a tensor {name} (hndl's clamp takes number bounds)")
+            if value is not None:
+                params[name] = _constant(value, "clamp")
+        return Emit("clamp", [site.tensor("self")], params)
+
+    return row
+
+
+def _where(site: Site) -> Emit:
+    """``torch.where(condition, a, b)``: a branch that is a number becomes the op's ``a`` or ``b`` parameter."""
+    inputs = [site.tensor("condition")]
+    params: dict[str, Any] = {}
+    for port, name in (("a", "self"), ("b", "other")):
+        value = site.args.get(name)
+        if _is_tensor_node(value):
+            inputs.append(value)
+        else:
+            params[port] = _constant(value, "where")
+    return Emit("where", inputs, params)
+
+
+def _logical(op: str) -> Row:
+    """``a | b``, ``a & b``, ``a ^ b``, ``~a`` (bitwise in torch) of bool tensors, where they are the logical ops."""
+
+    def row(site: Site) -> Emit:
+        operands = [site.tensor("self")] + ([site.tensor("other")] if "other" in site.args else [])
+        if any(t.meta["val"].dtype != _torch_bool() for t in operands):
+            raise Unsupported(f"{site.node.target} of integer tensors (bitwise; hndl's {op} is of bool tensors)")
+        return Emit(op, operands)
+
+    return row
+
+
+def _torch_bool() -> Any:
+    import torch
+
+    return torch.bool
+
+
+def _triangle(op: str) -> Row:
+    def row(site: Site) -> Emit:
+        return Emit(op, [site.tensor("self")], {"diagonal": int(site.number("diagonal"))})
+
+    return row
+
+
+def _roll(site: Site) -> Emit:
+    dims = site.ints("dims") if site.args.get("dims") else None
+    return Emit("roll", [site.tensor("self")], {"shifts": site.ints("shifts"), "dims": dims})
+
+
+def _glu(site: Site) -> Emit:
+    return Emit("glu", [_floating(site)], {"dim": int(site.number("dim"))})
+
+
+def _sdpa(site: Site) -> Emit:
+    """``F.scaled_dot_product_attention`` without a mask on ``[B, H, T, D]`` -> ``sdpa``, which calls it with the
+    same arguments. A mask is refused: hndl's ``sdpa`` reads a rank-2 mask as ``[B, S]`` padding, torch as
+    ``[T, S]``, and it combines masks its own way."""
+    q, k, v = site.tensor("query"), site.tensor("key"), site.tensor("value")
+    if any(len(site.shape(t)) != 4 for t in (q, k, v)):
+        raise Unsupported("scaled_dot_product_attention of tensors whose rank is not 4 (sdpa takes [B, H, T, D])")
+    if site.args.get("attn_mask") is not None:
+        raise Unsupported(
+            "scaled_dot_product_attention with an attn_mask (sdpa's mask means something else)",
+            waits="an sdpa mask with torch's broadcasting",
+        )
+    if site.args.get("dropout_p", 0.0):
+        # The trace is of eval mode: a call that drops out there too is not sdpa, which drops out in training only.
+        raise Unsupported(f"scaled_dot_product_attention with dropout_p={site.args['dropout_p']!r} in eval mode")
+    params: dict[str, Any] = {"causal": bool(site.args.get("is_causal", False))}
+    if site.args.get("scale") is not None:
+        params["scale"] = float(site.number("scale"))
+    return Emit("sdpa", [q, k, v], params)
 
 
 def _linear(site: Site) -> Emit:
@@ -327,11 +483,16 @@ def _alias(site: Site) -> Alias:
     return Alias(site.tensor("self"))
 
 
-def _to(site: Site) -> Alias:
+def _to(site: Site) -> Emit | Alias:
+    """``x.to(dtype)``, ``x.float()``, ``_to_copy``: the value itself at its own dtype, else ``cast``."""
+    from ..naming import dtype_name
+
     x = site.tensor("self")
-    if site.out.dtype != x.meta["val"].dtype or site.out.device != x.meta["val"].device:
-        raise Unsupported("a conversion to another dtype or device", waits="cast (issue 21)")
-    return Alias(x)
+    if site.out.device != x.meta["val"].device:
+        raise Unsupported("a conversion to another device (a graph runs where its parameters are)")
+    if site.out.dtype == x.meta["val"].dtype:
+        return Alias(x)
+    return Emit("cast", [x], {"dtype": dtype_name(site.out.dtype)})
 
 
 def _reshape(site: Site) -> Emit | Alias:
@@ -549,12 +710,93 @@ FUNCTIONS: dict[str, Row] = {
     "aten._softmax.default": _softmax("softmax"),
     "aten.log_softmax.int": _softmax("log_softmax"),
     "aten._log_softmax.default": _softmax("log_softmax"),
-    # arithmetic
+    "aten.hardtanh.default": _hardtanh,
+    "aten.hardtanh_.default": _hardtanh,
+    "aten.relu6.default": unary("relu6"),
+    "aten.relu6_.default": unary("relu6"),
+    "aten.hardswish.default": unary("hardswish"),
+    "aten.hardswish_.default": unary("hardswish"),
+    "aten.hardsigmoid.default": unary("hardsigmoid"),
+    "aten.hardsigmoid_.default": unary("hardsigmoid"),
+    "aten.mish.default": unary("mish"),
+    "aten.mish_.default": unary("mish"),
+    "aten.selu.default": unary("selu"),
+    "aten.selu_.default": unary("selu"),
+    "aten.leaky_relu.default": activation("leaky_relu", negative_slope="negative_slope"),
+    "aten.leaky_relu_.default": activation("leaky_relu", negative_slope="negative_slope"),
+    "aten.elu.default": _elu,
+    "aten.elu_.default": _elu,
+    "aten.celu.default": activation("celu", alpha="alpha"),
+    "aten.celu_.default": activation("celu", alpha="alpha"),
+    "aten.softplus.default": activation("softplus", beta="beta", threshold="threshold"),
+    "aten.glu.default": _glu,
+    "aten.log_sigmoid.default": unary("logsigmoid"),
+    # element-wise math (each ``aten.<name>.default`` and its in-place ``<name>_`` is hndl's op of the name)
+    **{
+        f"aten.{name}{inplace}.default": unary(name)
+        for name in (
+            "neg",
+            "abs",
+            "sign",
+            "floor",
+            "ceil",
+            "exp",
+            "log",
+            "log1p",
+            "sqrt",
+            "rsqrt",
+            "reciprocal",
+            "sin",
+            "cos",
+            "erf",
+        )
+        for inplace in ("", "_")
+    },
+    "aten.round.default": unary("round"),
+    "aten.logical_not.default": unary("logical_not"),
+    "aten.clamp.default": _clamp("min", "max"),
+    "aten.clamp_.default": _clamp("min", "max"),
+    "aten.clamp_min.default": _clamp("min"),
+    "aten.clamp_max.default": _clamp("max"),
+    # arithmetic (a number operand is the op's ``b`` parameter, or ``a`` on the left)
     "aten.add.Tensor": _binary("add"),
     "aten.add_.Tensor": _binary("add"),
+    "aten.sub.Tensor": _binary("sub"),
+    "aten.sub_.Tensor": _binary("sub"),
+    "aten.rsub.Scalar": _rsub,
+    "aten.rsub.Tensor": _rsub,
     "aten.mul.Tensor": _binary("mul", _times_constant),
     "aten.mul_.Tensor": _binary("mul", _times_constant),
+    "aten.div.Tensor": _binary("div"),
+    "aten.div_.Tensor": _binary("div"),
+    "aten.pow.Tensor_Scalar": _power,
+    "aten.pow.Tensor_Tensor": _power,
+    "aten.pow.Scalar": _power,
+    "aten.minimum.default": _binary("minimum", numbers=False),
+    "aten.maximum.default": _binary("maximum", numbers=False),
     "aten.matmul.default": lambda site: Emit("matmul", [site.tensor("self"), site.tensor("other")]),
+    # comparisons and logic
+    **{
+        f"aten.{name}.{kind}": _binary(name)
+        for name in ("eq", "ne", "lt", "le", "gt", "ge")
+        for kind in ("Tensor", "Scalar")
+    },
+    **{f"aten.logical_{name}.default": _binary(f"logical_{name}", numbers=False) for name in ("and", "or", "xor")},
+    **{
+        f"aten.{name}.Tensor": _logical(f"logical_{op}")
+        for op in ("and", "or", "xor")
+        for name in (f"__{op}__", f"bitwise_{op}")
+    },
+    "aten.bitwise_not.default": _logical("logical_not"),
+    "aten.where.self": _where,
+    "aten.where.ScalarSelf": _where,
+    "aten.where.ScalarOther": _where,
+    "aten.where.Scalar": _where,
+    "aten.tril.default": _triangle("tril"),
+    "aten.triu.default": _triangle("triu"),
+    "aten.roll.default": _roll,
+    # attention
+    "aten.scaled_dot_product_attention.default": _sdpa,
     # layers with weights (their parameters become the node's)
     "aten.linear.default": _linear,
     "aten.conv1d.default": _conv("conv1d", 1),
@@ -607,49 +849,23 @@ FUNCTIONS: dict[str, Row] = {
     "aten.alias.default": _alias,
     "aten.detach.default": _alias,
     "aten.lift_fresh_copy.default": _alias,
+    # conversions: the value itself at its own dtype, else ``cast``
     "aten.to.dtype": _to,
     "aten.to.dtype_layout": _to,
     "aten.to.device": _to,
+    "aten._to_copy.default": _to,
 }
 
-#: Traced operations common models use that hndl has no op for yet -> what will take them.
+#: Traced operations common models use that no row takes yet -> what would take them. Each hndl op of issues 21
+#: and 22 that these models need has its row above; what is left has no hndl op, or an op whose meaning differs.
 PENDING: dict[str, str] = {
-    "aten.hardtanh.default": "relu6 / clamp (issue 21)",
-    "aten.hardtanh_.default": "relu6 / clamp (issue 21)",
-    "aten.relu6.default": "relu6 (issue 21)",
-    "aten.hardswish.default": "hardswish (issue 21)",
-    "aten.hardswish_.default": "hardswish (issue 21)",
-    "aten.hardsigmoid.default": "hardsigmoid (issue 21)",
-    "aten.hardsigmoid_.default": "hardsigmoid (issue 21)",
-    "aten.leaky_relu.default": "leaky_relu (issue 21)",
-    "aten.leaky_relu_.default": "leaky_relu (issue 21)",
-    "aten.elu.default": "elu (issue 21)",
-    "aten.softplus.default": "softplus (issue 21)",
-    "aten.mish.default": "mish (issue 21)",
-    "aten.clamp.default": "clamp (issue 21)",
-    "aten.sub.Tensor": "sub (issue 21)",
-    "aten.rsub.Scalar": "sub (issue 21)",
-    "aten.div.Tensor": "div (issue 21)",
-    "aten.neg.default": "neg (issue 21)",
-    "aten.abs.default": "abs (issue 21)",
-    "aten.exp.default": "exp (issue 21)",
-    "aten.log.default": "log (issue 21)",
-    "aten.sqrt.default": "sqrt (issue 21)",
-    "aten.rsqrt.default": "rsqrt (issue 21)",
-    "aten.pow.Tensor_Scalar": "pow (issue 21)",
-    "aten.sin.default": "sin (issue 21)",
-    "aten.cos.default": "cos (issue 21)",
-    "aten.minimum.default": "minimum (issue 21)",
-    "aten.maximum.default": "maximum (issue 21)",
-    "aten.where.self": "where (issue 21)",
-    "aten.tril.default": "tril (issue 21)",
-    "aten.triu.default": "triu (issue 21)",
-    "aten.roll.default": "roll (issue 21)",
-    "aten.eq.Tensor": "comparisons (issue 21)",
-    "aten.eq.Scalar": "comparisons (issue 21)",
-    "aten.ne.Scalar": "comparisons (issue 21)",
-    "aten.le.Tensor": "comparisons (issue 21)",
-    "aten.scaled_dot_product_attention.default": "sdpa (issue 22)",
+    "aten.arange.default": "a row making arange of a traced size the positions op",
+    "aten.arange.start": "a row making arange of a traced size the positions op",
+    "aten.cumsum.default": "a cumsum op",
+    "aten.diff.default": "a diff op",
+    "aten.new_ones.default": "a constant tensor op",
+    "aten.gather.default": "a gather op",
+    "aten.index.Tensor": "a gather op (indexing by a tensor)",
 }
 
 
@@ -720,11 +936,13 @@ def _multihead_attention(call: Call) -> Emit:
     options.update(call.kwargs)
     for name in ("key_padding_mask", "attn_mask"):
         if options.get(name) is not None:
-            raise Unsupported(f"called with {name}", waits="the extended attention op (issue 22)")
+            raise Unsupported(f"called with {name}", waits="a MultiheadAttention row that passes masks on")
     if options.get("is_causal"):
-        raise Unsupported("called with is_causal=True", waits="the extended attention op (issue 22)")
+        raise Unsupported("called with is_causal=True", waits="a MultiheadAttention row that passes masks on")
     if not m.batch_first:
-        raise Unsupported("batch_first=False (sequence first)", waits="the extended attention op (issue 22)")
+        raise Unsupported(
+            "batch_first=False (sequence first)", waits="a MultiheadAttention row for sequence-first inputs"
+        )
     if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
         raise Unsupported("separate key/value sizes, bias_k/bias_v or add_zero_attn")
     if len(call.outputs) > 1 and call.used[1]:
@@ -762,6 +980,16 @@ def _recurrent(op: str) -> Callable[[Call], Emit]:
     return row
 
 
+def _stochastic_depth(call: Call) -> Emit:
+    """torchvision's ``StochasticDepth(p, mode)`` -> ``drop_path``, which draws the same random numbers in training
+    mode (in eval mode both are the identity, and the layer is traced in training mode to be seen at all)."""
+    x = _one_input(call)
+    m = call.module
+    if m.mode not in ("row", "batch"):
+        raise Unsupported(f"mode={m.mode!r}")
+    return Emit("drop_path", [x], {"p": float(m.p), "mode": str(m.mode)})
+
+
 #: Layer class (``module.qualname``) -> row. A subclass that only adds a constructor maps like its base.
 MODULES: dict[str, Callable[[Call], Emit]] = {
     "torch.nn.modules.batchnorm.BatchNorm1d": _batchnorm("batchnorm1d"),
@@ -769,6 +997,7 @@ MODULES: dict[str, Callable[[Call], Emit]] = {
     "torch.nn.modules.activation.MultiheadAttention": _multihead_attention,
     "torch.nn.modules.rnn.LSTM": _recurrent("lstm"),
     "torch.nn.modules.rnn.GRU": _recurrent("gru"),
+    "torchvision.ops.stochastic_depth.StochasticDepth": _stochastic_depth,
 }
 
 

@@ -7,10 +7,11 @@ each call took and gave (``module_call_graph``). That is all the structure the i
 hndl's own runs.
 
 Two kinds of layer are traced in training mode instead (their ``training`` flag is set for the trace and put
-back after): layers with no children and no table row whose ``forward`` reads ``self.training``, such as
-torchvision's ``StochasticDepth``. In eval mode such a layer is often the identity and leaves no node behind, so
-the importer could not tell where it sits; traced in training mode it does, and the importer rebuilds it as a
-``module`` node whatever its trace says, so the mode of the trace does not decide what the graph computes.
+back after): layers with no children whose ``forward`` reads ``self.training``, such as torchvision's
+``StochasticDepth``. In eval mode such a layer is often the identity and leaves no node behind, so the importer
+could not tell where it sits; traced in training mode it does, and the importer keeps it whole, as its table row's
+node (``StochasticDepth`` -> ``drop_path``) or a ``module`` node, whatever its trace says, so the mode of the
+trace does not decide what the graph computes.
 """
 
 from __future__ import annotations

@@ -77,7 +77,8 @@ def translate(
     class name); raises ``HndlError`` (``E_IMPORT``) listing everything it cannot express.
 
     Args:
-        whole: paths of the layers to keep whole as ``module`` nodes (their trace does not show all they do).
+        whole: paths of the layers to keep whole (their trace does not show all they do): as their ``MODULES``
+            row's node where it takes the call, else as ``module`` nodes.
     """
     translator = _Translator(traced, example, dynamic_shapes, whole)
     graph = translator.run()
@@ -218,19 +219,19 @@ class _Translator:
     def _units(self) -> None:
         """Pass 1: the layer calls that become one node each."""
         for info in self.calls.values():
+            row = None if _hooked(info.module) else module_row(info.module)
+            if row is not None and info.signature is not None:
+                try:
+                    info.emit = row(self.call(info))
+                    info.kind = "row"
+                    continue
+                except Unsupported as exc:
+                    info.reason = exc.reason
             if info.path in self.whole:
-                info.kind, info.reason = "fallback", "its training-mode behaviour is not in an eval-mode trace"
-                continue
-            if _hooked(info.module):
-                continue
-            row = module_row(info.module)
-            if row is None or info.signature is None:
-                continue
-            try:
-                info.emit = row(self.call(info))
-                info.kind = "row"
-            except Unsupported as exc:
-                info.reason = exc.reason
+                info.kind = "fallback"
+                info.reason = "its training-mode behaviour is not in an eval-mode trace" + (
+                    f" ({info.reason})" if info.reason else ""
+                )
 
     def unit(self, node: Any) -> str | None:
         """The outermost call around ``node`` that is emitted as one node, if any."""
@@ -284,7 +285,10 @@ class _Translator:
             return
         what = "buffer" if value.name in self.buffers else "constant tensor"
         key = self.buffers.get(value.name) or self.constants.get(value.name) or value.name
-        raise Unsupported(f"reads the {what} {key!r} as data", waits="a constant tensor op (issue 21)")
+        raise Unsupported(
+            f"reads the {what} {key!r} as data",
+            waits="a constant tensor op: the buffer op computes its values at build, not from a state dict",
+        )
 
     def _fallbacks(self, results: Mapping[Any, Any]) -> None:
         """Pass 2, end: each refused operation makes the innermost rebuildable layer around it a module node."""
