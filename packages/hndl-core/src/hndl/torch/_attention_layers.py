@@ -52,9 +52,7 @@ def as_rank4(mask: Tensor) -> Tensor:
     return mask
 
 
-def allowed_pattern(
-    t: int, s: int, window: int | None, device: torch.device, offset: Tensor | None = None
-) -> Tensor:
+def allowed_pattern(t: int, s: int, window: int | None, device: torch.device, offset: Tensor | None = None) -> Tensor:
     """``[t, s]`` bool, true where query ``i`` may see key ``j``: ``j <= i`` (causal, top-left aligned as
     ``is_causal``), and with a window also ``j > i - window`` (the ``window`` latest keys, the query's own
     included: Mistral's sliding window). With ``offset`` (a 0-d tensor: a cache's slot of the first query) query
