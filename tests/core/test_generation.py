@@ -129,7 +129,8 @@ def test_generation_stops_when_every_row_has_ended() -> None:
     ids = torch.randint(0, 256, (1, 4))
     eos = int(hndl.generate(m, ids, 3)[0, -1])
     out = hndl.generate(m, ids, 20, eos_token_id=eos)
-    assert out.shape[1] <= 4 + 3 and out[0, -1] == eos
+    assert out.shape[1] <= 4 + 3
+    assert out[0, -1] == eos
 
 
 def test_max_length_bounds_prompt_and_new_tokens() -> None:
@@ -156,14 +157,16 @@ def test_float_ids_are_an_e_input() -> None:
 
 def test_int32_ids_are_an_e_input_with_a_hint() -> None:
     problem = refused(model("gpt2"), torch.zeros(1, 3, dtype=torch.int32), 4)
-    assert problem.code == "E_INPUT" and problem.hint == "pass input_ids.long()"
+    assert problem.code == "E_INPUT"
+    assert problem.hint == "pass input_ids.long()"
 
 
 def test_ids_outside_the_vocabulary_are_an_e_input() -> None:
     m = model("gpt2")
     problem = refused(m, torch.tensor([[1, 100]]), 4)
     assert problem.code == "E_INPUT"
-    assert problem.expected == "ids in 0 .. 99 (vocab_size 100)" and problem.actual == "100"
+    assert problem.expected == "ids in 0 .. 99 (vocab_size 100)"
+    assert problem.actual == "100"
     assert refused(m, torch.tensor([[-1, 2]]), 4).actual == "-1"
 
 
@@ -182,12 +185,14 @@ def test_a_prompt_and_new_tokens_past_the_positions_are_an_e_input_with_the_fix(
 
 def test_ids_of_rank_one_are_an_e_input() -> None:
     problem = refused(model("llama"), torch.zeros(5, dtype=torch.long), 2)
-    assert problem.code == "E_INPUT" and problem.hint == "one prompt is input_ids[None]"
+    assert problem.code == "E_INPUT"
+    assert problem.hint == "one prompt is input_ids[None]"
 
 
 def test_a_mask_of_another_shape_is_an_e_input() -> None:
     problem = refused(model("llama"), torch.zeros(2, 5, dtype=torch.long), 2, attention_mask=torch.ones(2, 4))
-    assert problem.code == "E_INPUT" and problem.message == "attention_mask does not match input_ids"
+    assert problem.code == "E_INPUT"
+    assert problem.message == "attention_mask does not match input_ids"
 
 
 @pytest.mark.parametrize(
@@ -203,7 +208,8 @@ def test_a_model_without_the_cache_interface_is_an_e_input() -> None:
     ids = g.input("ids", ("B", "T"), dtype="int64")
     g.output(g.add("embedding", ids, num_embeddings=10, embedding_dim=10))
     problem = refused(hndl.build(g), torch.zeros(1, 2, dtype=torch.long), 2)
-    assert problem.code == "E_INPUT" and "no key/value cache interface" in problem.message
+    assert problem.code == "E_INPUT"
+    assert "no key/value cache interface" in problem.message
     assert "kv_cache=True" in problem.hint
 
 

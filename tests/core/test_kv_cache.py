@@ -49,7 +49,9 @@ def test_keys_and_values_of_different_lengths_are_an_e_shape() -> None:
     g = hndl.Graph("a")
     x = g.input("x", ("B", "T", 32))
     ck, cv = g.input("ck", ("B", 2, 10, 8)), g.input("cv", ("B", 2, 12, 8))
-    g.output(g.add("attention", [x, ck, cv, g.input("offset", (), dtype="int64")], name="attn", cache=True, **ATTENTION))
+    g.output(
+        g.add("attention", [x, ck, cv, g.input("offset", (), dtype="int64")], name="attn", cache=True, **ATTENTION)
+    )
     with pytest.raises(hndl.HndlError) as err:
         hndl.check(g)
     assert err.value.problems[0].code == "E_SHAPE"
@@ -169,8 +171,14 @@ def test_a_cache_of_the_wrong_head_dim_is_an_e_input_at_the_call() -> None:
     _, cached = zoo_pair("gpt2")
     wrong = torch.zeros(2, 1, 4, 8, 8)  # gpt2's head dim here is 64 // 4 = 16
     with pytest.raises(hndl.HndlError) as err:
-        cached(torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, 1, dtype=torch.long),
-               torch.ones(1, 8, dtype=torch.bool), torch.tensor(0), wrong, wrong)
+        cached(
+            torch.zeros(1, 1, dtype=torch.long),
+            torch.zeros(1, 1, dtype=torch.long),
+            torch.ones(1, 8, dtype=torch.bool),
+            torch.tensor(0),
+            wrong,
+            wrong,
+        )
     assert err.value.problems[0].code == "E_INPUT"
     assert "dim 4 expected 16, got 8" in str(err.value)
 
