@@ -218,3 +218,50 @@ def test_the_model_is_usable_after_a_refusal() -> None:
     ids = torch.randint(0, 100, (1, 3))
     refused(m, torch.tensor([[1, 100]]), 4)
     assert torch.equal(hndl.generate(m, ids, 4), recompute_greedy(m, ids, 4))
+
+
+# --- memory ---------------------------------------------------------------------------------------------
+
+
+def _memory():
+    """benchmarks/memory.py: peak live bytes of the tensors a call allocates on CPU (weights only read, so not
+    counted)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "memory.py"
+    spec = importlib.util.spec_from_file_location("hndl_benchmark_memory", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_summary_reports_the_cache_generate_allocates() -> None:
+    m = model("llama")
+    twin = with_kv_cache(m)
+    assert twin.summary(B=2, M=30).cache_bytes == 2 * (2 * 2 * 2 * 30 * 16) * 4  # k and v, 2 layers, 2 heads of 16
+    assert twin.summary().cache_bytes == "512*B*M"
+    assert "kv cache:    30,720 B" in str(twin.summary(B=2, M=30))
+    assert m.summary(B=2).cache_bytes is None  # no cache interface
+
+
+def test_the_peak_during_generation_is_within_10_percent_of_the_summarys_cache() -> None:
+    # Without grouped heads a decoding step allocates little beside the cache (its logits, one layer's scores).
+    m = model("llama", num_key_value_heads=4)
+    ids = torch.randint(0, 256, (2, 4))
+    predicted = with_kv_cache(m).summary(B=2, M=256).cache_bytes
+    peak = _memory().peak_live_bytes(lambda: hndl.generate(m, ids, 252))
+    assert predicted <= peak <= 1.1 * predicted
+
+
+def test_grouped_heads_add_one_layers_keys_and_values_repeated_for_the_query_heads() -> None:
+    # The documented limit: with a mask, attention repeats a layer's cached keys and values for its query heads
+    # (transformers' repeat_kv), a transient of 2 * B * num_heads * M * head_dim elements.
+    m = model("llama")  # 4 query heads, 2 key/value heads of 16
+    ids = torch.randint(0, 256, (2, 4))
+    cache = with_kv_cache(m).summary(B=2, M=256).cache_bytes
+    repeated = 2 * 2 * 4 * 256 * 16 * 4
+    peak = _memory().peak_live_bytes(lambda: hndl.generate(m, ids, 252))
+    assert cache + repeated <= peak <= 1.1 * (cache + repeated)
