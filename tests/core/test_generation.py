@@ -195,6 +195,15 @@ def test_a_mask_of_another_shape_is_an_e_input() -> None:
     assert problem.message == "attention_mask does not match input_ids"
 
 
+def test_right_padding_is_an_e_input_that_says_to_pad_on_the_left() -> None:
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    problem = refused(model("llama"), torch.zeros(2, 3, dtype=torch.long), 2, attention_mask=mask)
+    assert problem.code == "E_INPUT"
+    assert problem.message == "row 1 of attention_mask ends in padding"
+    assert problem.actual == "row 1: [1, 1, 0]"
+    assert problem.hint == "pad on the left (transformers' tokenizer: padding_side='left')"
+
+
 @pytest.mark.parametrize(
     "options",
     [dict(temperature=0.0), dict(top_k=0), dict(top_p=1.5), dict(top_p=0.0), dict(max_length=2)],

@@ -58,6 +58,15 @@ def _check_mask(attention_mask: Any, input_ids: Tensor) -> Tensor:
     mask = attention_mask.to(device=input_ids.device) != 0
     if not bool(mask.any(dim=1).all()):
         raise _refuse("a row of attention_mask has no real token", "at least one true per row", "a row of zeros")
+    if not bool(mask[:, -1].all()):
+        # A right-padded row would continue from a pad token: every new token would follow the padding.
+        row = int((~mask[:, -1]).nonzero()[0, 0])
+        raise _refuse(
+            f"row {row} of attention_mask ends in padding",
+            "prompts padded on the left (the last column all real tokens)",
+            f"row {row}: {mask[row].long().tolist()}" if mask.shape[1] <= 16 else f"row {row}",
+            hint="pad on the left (transformers' tokenizer: padding_side='left')",
+        )
     return mask
 
 
