@@ -280,20 +280,22 @@ def _cache_bytes(model: Any, checked: CheckedGraph, env: Mapping[str, Any], para
     both. A symbol the spec leaves for the head count or width (zoo:llama's ``Dh``: its ``head_dim`` may be
     null) is bound from the model's cached attention layers, which know it."""
     shapes = {n: checked.types[v].shape for n, v in zip(checked.input_names, checked.input_ids)}
-    if not all(name in shapes and shapes[name] is not None for name in _CACHE_INPUTS):
+    found = [shapes.get(name) for name in _CACHE_INPUTS]
+    cache_shapes = [shape for shape in found if shape is not None]
+    if len(cache_shapes) != len(_CACHE_INPUTS):
         return None
     size = next((p.element_size() for p in params if p.is_floating_point()), 4)
     layer = next((m for m in model.modules() if getattr(m, "cache", False) is True and hasattr(m, "head_dim")), None)
     env = dict(env)
-    for shape in (shapes[name] for name in _CACHE_INPUTS):
+    for shape in cache_shapes:
         if layer is not None and len(shape) == 5:
             for axis, value in ((2, layer.kv_heads), (4, layer.head_dim)):
                 names = free_symbols(shape[axis])
                 if len(names) == 1 and str(shape[axis]) in names:  # a bare symbol, not an expression
                     env.setdefault(names.pop(), value)
     total: Dim = 0
-    for name in _CACHE_INPUTS:
-        count = _costs.numel(shapes[name])
+    for shape in cache_shapes:
+        count = _costs.numel(shape)
         if count is None:
             return None
         total = dim_add(total, count)

@@ -165,7 +165,6 @@ def generate(
     _check_sampling(temperature, top_k, top_p)
     batch, prompt = input_ids.shape
     new = _new_token_count(max_new_tokens, max_length, prompt, positions)
-    pad = eos_token_id if pad_token_id is None else pad_token_id
     if new == 0:
         return input_ids.clone()
     device = input_ids.device
@@ -198,6 +197,7 @@ def generate(
                     generator=generator,
                 )
                 if eos_token_id is not None:
+                    pad = eos_token_id if pad_token_id is None else pad_token_id
                     token = torch.where(unfinished, token, torch.full_like(token, pad))
                     unfinished = unfinished & (token != eos_token_id)
                 out.append(token[:, None])

@@ -95,7 +95,8 @@ def _embedding_fed_by(model: GraphModule, name: str) -> int | None:
     """``num_embeddings`` of the embedding node reading graph input ``name`` (the vocabulary, the positions)."""
     for node in model.graph.nodes.values():
         if node.op == "embedding" and node.inputs == [name]:
-            return int(model.nodes[f"n_{node.name}"].num_embeddings)
+            layer: Any = model.nodes[f"n_{node.name}"]
+            return int(layer.num_embeddings)
     return None
 
 
