@@ -130,7 +130,7 @@ GPT2_SMALL = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=32
 def zoo_pair(name: str):
     overrides = GPT2_SMALL if name == "gpt2" else {}
     plain = hndl.build(hndl.zoo.get(name, **overrides)).eval()
-    cached = hndl.build(hndl.zoo.get(name, kv_cache=True, **overrides)).eval()
+    cached = hndl.build(hndl.zoo.get(name, kv_cache=True, last_logits=False, **overrides)).eval()
     return plain, cached
 
 
@@ -165,6 +165,22 @@ def test_the_kv_cache_variant_gives_the_plain_entrys_logits_with_left_padding(na
             full = plain(ids, real)
             torch.testing.assert_close(logits[0], full[0], atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(logits[1, 2:], full[1, 2:], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", hndl.zoo.KV_CACHE_ENTRIES)
+def test_by_default_the_kv_cache_variant_gives_the_last_tokens_logits_only(name: str) -> None:
+    plain, everything = zoo_pair(name)
+    last = hndl.build(hndl.zoo.get(name, kv_cache=True, **(GPT2_SMALL if name == "gpt2" else {}))).eval()
+    last.load_state_dict(plain.state_dict())
+    everything.load_state_dict(plain.state_dict())
+    ids = torch.randint(0, 100, (2, 5))
+    shape = cache_layout(last).shape(2, 6)
+    args = (torch.arange(5).expand(2, 5), torch.ones(2, 6, dtype=torch.bool), torch.tensor(0))
+    with torch.no_grad():
+        logits = last(ids, *args, torch.zeros(shape), torch.zeros(shape))
+        full = everything(ids, *args, torch.zeros(shape), torch.zeros(shape))
+    assert logits.shape == (2, full.shape[-1])
+    torch.testing.assert_close(logits, full[:, -1], atol=1e-5, rtol=1e-5)
 
 
 def test_a_cache_of_the_wrong_head_dim_is_an_e_input_at_the_call() -> None:

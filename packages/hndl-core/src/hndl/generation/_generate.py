@@ -189,7 +189,7 @@ def generate(
             for _ in range(new):
                 logits = cached(step_ids, step_positions, slots, torch.tensor(offset, device=device), cache_k, cache_v)
                 token = next_tokens(
-                    logits[:, -1],
+                    logits if logits.dim() == 2 else logits[:, -1],  # [B, vocab]: the last token's only
                     do_sample=do_sample,
                     temperature=temperature,
                     top_k=top_k,
