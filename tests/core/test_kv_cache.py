@@ -66,6 +66,34 @@ def test_a_cache_needs_causal_attention() -> None:
     assert "causal: true with a cache" in problem.expected
 
 
+def test_position_ids_without_rope_is_an_e_param() -> None:
+    g = hndl.Graph("a")
+    x = g.input("x", ("B", "T", 32))
+    positions = g.input("positions", ("B", "T"), dtype="int64")
+    g.output(g.add("attention", [x, positions], name="attn", num_heads=4, position_ids=True))
+    with pytest.raises(hndl.HndlError) as err:
+        hndl.check(g)
+    problem = err.value.problems[0]
+    assert (problem.code, problem.node) == ("E_PARAM", "attn")
+    assert "read by nothing" in problem.message
+
+
+def test_position_ids_rotate_each_row_by_its_own_positions() -> None:
+    # Rotary attention depends on position differences only: a row shifted by 3 positions gives the same output.
+    g = hndl.Graph("a")
+    x = g.input("x", ("B", "T", 32))
+    positions = g.input("positions", ("B", "T"), dtype="int64")
+    g.output(g.add("attention", [x, positions], name="attn", position_ids=True, **ATTENTION))
+    m = hndl.build(g).eval()
+    x = torch.randn(1, 5, 32)
+    with torch.no_grad():
+        plain = m(x, torch.arange(5)[None])
+        shifted = m(x, torch.arange(3, 8)[None])
+        scrambled = m(x, torch.tensor([[0, 2, 1, 3, 4]]))
+    torch.testing.assert_close(plain, shifted, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(plain, scrambled, atol=1e-4)
+
+
 def test_a_float_offset_is_an_e_dtype() -> None:
     g = hndl.Graph("a")
     x = g.input("x", ("B", "T", 32))

@@ -232,6 +232,15 @@ def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
         )
     if p.rope is not None:
         check_rope(p.rope, head_dim, "rope")
+    if p.position_ids and p.rope is None:
+        raise InferError(
+            "position_ids is true and the node has no rope: the positions would be read by nothing",
+            code="E_PARAM",
+            param="position_ids",
+            expected="rope with position_ids",
+            actual=True,
+            hint="give rope ({} for the defaults), or feed the positions to a position embedding instead (GPT-2's wpe)",
+        )
     _check_window(p)
     _check_cache(p, inputs, kv_heads, head_dim)
     x = inputs[0]
@@ -379,7 +388,7 @@ def _is_legacy(p: Params) -> bool:
         "input's width) must be an int; the mask is [B, S] (padding), [B, T, S] or of rank 4 broadcastable to "
         "[B, num_heads, T, S] (S = T without kv; S = M with a cache), the score bias too; rope's dims even and at "
         "most head_dim; window needs causal; a cache needs causal self-attention, and its Hkv and Dh are kv_heads "
-        "and head_dim"
+        "and head_dim; position_ids needs rope"
     ),
     example={"op": "attention", "num_heads": 12, "causal": True},
     input_shape_example=["B", "T", 768],
