@@ -141,10 +141,13 @@ def attend(
     else:
         attn_mask, is_causal = _combine(mask, bias, t, s, causal, window, q, offset), False
     if groups > 1:
-        if _GQA_NATIVE and attn_mask is None:
-            # Without a mask SDPA's own grouping keeps the fused kernels (a mask sends it to the math kernel).
+        if _GQA_NATIVE and (attn_mask is None or q.device.type == "cpu"):
+            # Without a mask SDPA's own grouping keeps the fused kernels; with a mask it sends CUDA to the math
+            # kernel (repeated heads keep the memory-efficient one), while the CPU's flash kernel takes both: there
+            # the grouping saves repeating a layer's keys and values (a decoding step over a 256-slot cache: 2.3x
+            # faster attention, and no transient the size of the repeated keys and values).
             return F.scaled_dot_product_attention(
-                q, k, v, dropout_p=dropout, is_causal=is_causal, scale=scale, enable_gqa=True
+                q, k, v, attn_mask=attn_mask, dropout_p=dropout, is_causal=is_causal, scale=scale, enable_gqa=True
             )
         k, v = repeat_kv(k, groups), repeat_kv(v, groups)
     return F.scaled_dot_product_attention(
