@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
@@ -32,3 +33,24 @@ def test_random_graphs_agree_on_the_checked_fast_and_unchecked_paths(seed: int) 
     made = random_graph(random.Random(seed))
     assert made.ops
     call_three_ways(made)
+
+
+def test_regression_a_graph_making_nan_agrees_on_the_three_paths() -> None:
+    # The runtime fuzz called 29 of 236 random graphs different on the checked and fast paths: each made a NaN
+    # (log, sqrt, pow of a negative input), and torch.equal says NaN differs from NaN. Graph seed 1727300815 is
+    # one log node.
+    made = random_graph(random.Random(1727300815))
+    assert made.ops == ["log"]
+    call_three_ways(made)
+
+
+def test_the_paths_comparison_still_tells_values_and_nan_apart() -> None:
+    from graph_maker import identical
+
+    a = torch.tensor([1.0, float("nan"), float("inf")])
+    assert identical(a, a.clone())
+    assert not identical(a, torch.tensor([1.0, 0.0, float("inf")]))  # NaN against a number
+    assert not identical(a, torch.tensor([1.0, float("nan"), 3.0]))
+    assert not identical(a, a.double())
+    assert identical(torch.tensor([1, 2]), torch.tensor([1, 2]))
+    assert not identical(torch.tensor([1]), torch.tensor([2]))

@@ -119,7 +119,7 @@ _CParser: Any = getattr(getattr(yaml, "_yaml", None), "CParser", None) if yaml._
 
 if _CParser is not None:
 
-    class _FastLoader(_Bounded, _CParser, yaml.resolver.BaseResolver):  # type: ignore[misc, valid-type]
+    class _FastLoader(_Bounded, _CParser, yaml.resolver.BaseResolver):
         """libyaml's events composed by :class:`_Bounded`, resolved as :class:`_Loader` resolves them."""
 
         yaml_implicit_resolvers = _Loader.yaml_implicit_resolvers

@@ -392,6 +392,7 @@ def _is_legacy(p: Params) -> bool:
     ),
     example={"op": "attention", "num_heads": 12, "causal": True},
     input_shape_example=["B", "T", 768],
+    error_example={"params": {"num_heads": 12, "kv_heads": 5}, "inputs": [["B", "T", 768]]},
 )
 def attention(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Multi-head attention over ``[B, T, D]``, built on ``scaled_dot_product_attention``.
@@ -505,6 +506,7 @@ def _sdpa_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inference="Hkv must divide H; the mask is [B, S], [B, T, S] or broadcastable to [B, H, T, S]; window needs causal",
     example={"op": "sdpa", "causal": True},
     input_shape_example=["B", 8, "T", 64],
+    error_example={"inputs": [["B", 8, "T", 64], ["B", 3, "T", 64], ["B", 3, "T", 64]]},
 )
 def sdpa(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Scaled dot-product attention on heads: ``softmax(q @ k^T * scale + mask) @ v``.
@@ -554,6 +556,7 @@ def _attention_mask_infer(p: Params, inputs: Sequence[TensorType]) -> list[Tenso
     inference="window needs causal",
     example={"op": "attention_mask", "causal": True},
     input_shape_example=["B", "S"],
+    error_example={"inputs": [{"shape": ["B", "S"], "dtype": "int64"}]},
 )
 def attention_mask(p: Params, inputs: Sequence[TensorType]) -> Any:
     """A padding mask ``[B, S]`` as self-attention's rank-4 bool mask ``[B, 1, S, S]``.

@@ -200,6 +200,7 @@ def _rotary_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inference="dims must be even and at most head_dim; positions are [], [T] or [B, T] of an integer dtype",
     example={"op": "rotary", "theta": 10000.0},
     input_shape_example=["B", 8, "T", 64],
+    error_example={"params": {"dims": 65}, "inputs": [["B", 8, "T", 64]]},
 )
 def rotary(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Rotary position embeddings (RoPE) on queries or keys ``[B, heads, T, head_dim]``.
@@ -272,6 +273,7 @@ def _dim(shape: tuple[Any, ...] | None, index: int) -> Any:
     inference="S is T without kv; num_buckets and max_distance must leave exact and logarithmic buckets",
     example={"op": "relative_position_bias", "num_heads": 8},
     input_shape_example=["B", "T", 512],
+    error_example={"params": {"num_heads": 8, "num_buckets": 32, "max_distance": 8}, "inputs": [["B", "T", 512]]},
 )
 def relative_position_bias(p: Params, inputs: Sequence[TensorType]) -> Any:
     """T5's relative position bias ``[1, num_heads, T, S]``, added to the attention scores.
