@@ -266,3 +266,19 @@ def test_the_peak_during_generation_is_within_10_percent_of_the_summarys_cache(k
     predicted = with_kv_cache(m).summary(B=2, M=256).cache_bytes
     peak = _memory().peak_live_bytes(lambda: hndl.generate(m, ids, 252))
     assert predicted <= peak <= 1.1 * predicted
+
+
+def test_the_cache_interface_inputs_go_by_name_in_any_order() -> None:
+    # A hand-written graph with the interface's inputs declared in another order than the zoo's.
+    text = hndl.zoo.kv_cache_spec_text("gpt2").replace(
+        "  position_ids:   {shape: [B, T], dtype: int64}\n  attention_mask: {shape: [B, M], dtype: bool}\n",
+        "  attention_mask: {shape: [B, M], dtype: bool}\n  position_ids:   {shape: [B, T], dtype: int64}\n",
+    )
+    graph = hndl.loads(text)
+    graph.params.update(SMALL["gpt2"])
+    reordered = hndl.build(graph).eval()
+    assert list(reordered.graph.inputs)[1:3] == ["attention_mask", "position_ids"]
+    m = model("gpt2")
+    reordered.load_state_dict(m.state_dict())
+    ids = torch.randint(0, 100, (2, 5))
+    assert torch.equal(hndl.generate(reordered, ids, 6), recompute_greedy(m, ids, 6))

@@ -182,12 +182,21 @@ def generate(
     unfinished = torch.ones(batch, dtype=torch.bool, device=device)
     out = [input_ids]
     step_ids, step_positions, offset = input_ids, position_ids, 0
+    # The interface's inputs go by name: a graph may declare them in any order after the token ids.
+    order = [name for name in cached.graph.inputs][1:]
     training = cached.training
     cached.eval()
     try:
         with torch.no_grad():
             for _ in range(new):
-                logits = cached(step_ids, step_positions, slots, torch.tensor(offset, device=device), cache_k, cache_v)
+                step = {
+                    "position_ids": step_positions,
+                    "attention_mask": slots,
+                    "offset": torch.tensor(offset, device=device),
+                    "cache_k": cache_k,
+                    "cache_v": cache_v,
+                }
+                logits = cached(step_ids, *(step[name] for name in order))
                 token = next_tokens(
                     logits if logits.dim() == 2 else logits[:, -1],  # [B, vocab]: the last token's only
                     do_sample=do_sample,
