@@ -282,3 +282,17 @@ def test_the_cache_interface_inputs_go_by_name_in_any_order() -> None:
     reordered.load_state_dict(m.state_dict())
     ids = torch.randint(0, 100, (2, 5))
     assert torch.equal(hndl.generate(reordered, ids, 6), recompute_greedy(m, ids, 6))
+
+
+def test_regression_a_converted_plain_model_generates_in_its_dtype() -> None:
+    # The cached variant was built in float32 and given the .double() model's float64 weights: every call was
+    # E_RUNTIME "has dtype float64, the build made float32". It is now converted like the model before assigning.
+    m = model("llama")
+    ids = torch.randint(0, 256, (2, 5))
+    single = hndl.generate(m, ids, 6)
+    m.double()
+    assert torch.equal(hndl.generate(m, ids, 6), single)
+    assert with_kv_cache(m).nodes["n_lm_head"].weight.dtype == torch.float64
+    assert with_kv_cache(m).summary(B=1, M=10).cache_bytes == 2 * (2 * 1 * 2 * 10 * 16) * 8
+    m.to(torch.bfloat16)
+    assert hndl.generate(m, ids, 6).shape == (2, 11)

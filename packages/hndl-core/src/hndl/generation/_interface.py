@@ -133,6 +133,11 @@ def with_kv_cache(model: GraphModule) -> GraphModule:
         return known[1]
     graph = zoo.get(name, kv_cache=True, **model.graph.params)
     twin = build_on_meta(graph)
+    floating = next((t.dtype for t in model.parameters() if t.is_floating_point()), None)
+    if floating is not None:
+        # A converted model (.double(), .half()): converted the same way on the meta device, so the variant's
+        # build records the dtype the assigned weights have.
+        twin.to(dtype=floating)
     # The weights are the plain model's tensors, assigned (not copied); a non-persistent buffer (rotary's
     # inv_freq) has no state_dict key and is taken from the plain model under the same name.
     twin.load_state_dict(model.state_dict(), assign=True, strict=True)
