@@ -13,6 +13,7 @@ import torch
 
 import hndl
 from hndl.generation import with_kv_cache
+from hndl.torch import _attention_layers
 
 SMALL = {"gpt2": dict(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=24), "llama": {}, "mistral": {}}
 NAMES = list(SMALL)
@@ -264,6 +265,9 @@ def test_the_peak_during_generation_is_within_10_percent_of_the_summarys_cache(k
     m = model("llama", num_key_value_heads=kv_heads)
     ids = torch.randint(0, 256, (2, 4))
     predicted = with_kv_cache(m).summary(B=2, M=256).cache_bytes
+    if kv_heads < 4 and not _attention_layers._GQA_NATIVE:
+        # torch 2.4's SDPA has no enable_gqa: one layer's keys and values are repeated for the 4 query heads.
+        predicted += 2 * 2 * 4 * 256 * 16 * 4
     peak = _memory().peak_live_bytes(lambda: hndl.generate(m, ids, 252))
     assert predicted <= peak <= 1.1 * predicted
 
