@@ -88,6 +88,12 @@ def _combine(
             return pattern
         if pattern is None:
             return mask
+        if mask.dtype == torch.bool and offset is not None:
+            # With a cache a padded query (left padding) has no real key at all. Its own slot is allowed: SDPA
+            # gives NaN for a row with nothing allowed on some releases (2.4), and a NaN written into the cache
+            # poisons every later row's softmax-weighted sum (0 * NaN), though the padded slot is masked there.
+            own = torch.arange(t, device=like.device)[:, None] + offset == torch.arange(s, device=like.device)
+            return (mask & pattern) | own
         return mask & pattern if mask.dtype == torch.bool else mask.masked_fill(~pattern, float("-inf"))
     allowed = pattern
     if mask is not None and mask.dtype == torch.bool:
