@@ -290,3 +290,12 @@ def test_the_checked_graph_prints_in_one_line() -> None:
     assert repr(checked.nodes[0]) == (
         "<CheckedNode conv2d 'conv1': [B, 3, H, W] float -> [B, 64, (H-1)//2+1, (W-1)//2+1] float>"
     )
+
+
+def test_regression_summary_of_a_dim_inference_cannot_know_shows_it_unknown() -> None:
+    # slice start=-1 on a symbolic dim gives a dim inference cannot know; summary raised DimError ('?2' is not a
+    # valid symbol name) from substituting the caller's dims into it.
+    g = hndl.Graph("s")
+    x = g.input("x", ("B", "T", 4))
+    g.output(g.add("slice", x, name="last", dim=1, start=-1))
+    assert hndl.summary(g, B=2).outputs == {"last": "[2, ?, 4]"}

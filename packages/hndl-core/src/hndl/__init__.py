@@ -49,6 +49,8 @@ from ._summary import SummaryRow as SummaryRow
 from ._training_memory import TrainingMemory as TrainingMemory
 
 if TYPE_CHECKING:
+    import torch
+
     from .importer import ImportedGraph
     from .torch import GraphModule
     from .weights import LoadReport
@@ -84,6 +86,7 @@ __all__ = [
     "dumps",
     "flow_yaml",
     "from_module",
+    "generate",
     "load",
     "load_model",
     "load_state_dict",
@@ -276,9 +279,55 @@ def from_module(module: Any, *example_args: Any, dynamic_shapes: Any = None) -> 
     return import_module(module, *example_args, dynamic_shapes=dynamic_shapes)
 
 
+def generate(
+    model: GraphModule,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    *,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
+    attention_mask: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+    max_length: int | None = None,
+) -> torch.Tensor:
+    """Continue each prompt of ``input_ids`` ``[B, T]`` (int64, left-padded where ``attention_mask`` is false) by
+    up to ``max_new_tokens`` tokens with a static key/value cache: greedy, or sampled with ``temperature``,
+    ``top_k``, ``top_p`` from ``generator`` (or a fresh one seeded with ``seed``); a row ends at ``eos_token_id``
+    and is filled with ``pad_token_id`` after it; ``max_length`` bounds prompt plus new tokens. ``model``: a zoo
+    decoder (gpt2, llama, mistral) built plain or with ``kv_cache=True``, or any graph with the cache interface.
+    Returns ``[B, T + n]`` int64. See :func:`hndl.generation.generate` and docs/generation.md.
+
+    Raises:
+        HndlError: E_INPUT for ids of another dtype or outside the vocabulary, a prompt longer than the model's
+            positions, a mask that does not match, bad sampling settings, a model without the cache interface.
+    """
+    from .generation import generate as run
+
+    return run(
+        model,
+        input_ids,
+        max_new_tokens,
+        do_sample=do_sample,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        attention_mask=attention_mask,
+        generator=generator,
+        seed=seed,
+        max_length=max_length,
+    )
+
+
 def __getattr__(name: str) -> Any:
     # torch is imported only when a model is built: describing and checking graphs must not need it.
-    if name in ("torch", "func", "docs", "zoo", "weights", "importer"):
+    if name in ("torch", "func", "docs", "zoo", "weights", "importer", "generation"):
         import importlib
 
         try:

@@ -266,7 +266,8 @@ def substitute(d: Dim, env: Mapping[str, Dim]) -> Dim:
         value: Dim = c
         for a in m:
             if isinstance(a, str):
-                value = dim_mul(value, env.get(a, symbol(a)))
+                # An unbound atom stays as it is, unchecked: it may be an unknown dim (``?3``), not a symbol name.
+                value = dim_mul(value, env[a] if a in env else Poly((((a,), 1),)))
             else:
                 value = dim_mul(value, dim_floordiv(substitute(a.num, env), substitute(a.den, env)))
         total = dim_add(total, value)

@@ -18,7 +18,7 @@ from . import _costs
 from ._check import CheckedGraph, CheckedNode, repetition_inputs
 from ._contracts import Variadic, format_shape
 from ._dim_factor import factored_text
-from ._dims import Dim, dim_add, free_symbols, substitute
+from ._dims import Dim, dim_add, dim_mul, free_symbols, substitute
 from ._errors import HndlError, Problem
 from ._hints import shape_fix
 from ._training_memory import TrainingMemory, training_memory
@@ -86,6 +86,10 @@ class Summary:
         training: with ``train=True``, the memory of one training step (:class:`~hndl.TrainingMemory`):
             parameters, gradients, optimizer state, activations kept for backward with and without the
             model's current checkpointing; ``None`` otherwise.
+        cache_bytes: for a model with the key/value cache interface (inputs ``cache_k`` and ``cache_v``, what
+            ``hndl.zoo.get(name, kv_cache=True)`` builds), the bytes of the two caches in the model's floating
+            dtype: ``summary(model, B=8, M=256)`` is what ``hndl.generate`` allocates for 8 rows of 256 tokens
+            (prompt and new); ``int``, or expression text while ``B`` or ``M`` is unbound. ``None`` otherwise.
     """
 
     name: str
@@ -103,6 +107,7 @@ class Summary:
     activation_bytes: int | str
     unbound: tuple[str, ...] = ()
     training: TrainingMemory | None = None
+    cache_bytes: int | str | None = None
 
     @property
     def total_params(self) -> int:
@@ -124,6 +129,7 @@ class Summary:
             "macs": self.macs,
             "activation_bytes": self.activation_bytes,
             **({"training": self.training.as_dict()} if self.training is not None else {}),
+            **({"cache_bytes": self.cache_bytes} if self.cache_bytes is not None else {}),
         }
 
     def lines(self, width: int = WIDTH) -> list[str]:
@@ -177,6 +183,11 @@ class Summary:
             elif after:
                 lines += textwrap.wrap(after.strip(), width - label)
             tail += [(name if i == 0 else "").ljust(label) + line for i, line in enumerate(lines)]
+        if self.cache_bytes is not None:
+            unit = "bytes" if isinstance(self.cache_bytes, str) else "B"
+            tail.append(
+                "kv cache:".ljust(label) + _amount(self.cache_bytes, long=True, unit=unit) + " (cache_k, cache_v)"
+            )
         if self.unbound and (isinstance(self.macs, str) or isinstance(self.activation_bytes, str)):
             given = [f"{k}={v}" for k, v in self.dims.items()]
             wanted = [*given, *(f"{name}=..." for name in self.unbound)]
@@ -278,7 +289,40 @@ def summary(
         activation_bytes=_value(activations, env) if activations is not None else "unknown",
         unbound=unbound,
         training=training,
+        cache_bytes=_cache_bytes(model, checked, env, params),
     )
+
+
+#: The inputs that hold a key/value cache in the cache interface (hndl.generation).
+_CACHE_INPUTS = ("cache_k", "cache_v")
+
+
+def _cache_bytes(model: Any, checked: CheckedGraph, env: Mapping[str, Any], params: Any) -> int | str | None:
+    """The bytes of the ``cache_k`` and ``cache_v`` inputs ``[layers, B, kv_heads, M, head_dim]``, in the dtype
+    of the model's floating parameters (what ``hndl.generate`` makes the cache in); ``None`` for a graph without
+    both. A symbol the spec leaves for the head count or width (zoo:llama's ``Dh``: its ``head_dim`` may be
+    null) is bound from the model's cached attention layers, which know it."""
+    shapes = {n: checked.types[v].shape for n, v in zip(checked.input_names, checked.input_ids)}
+    found = [shapes.get(name) for name in _CACHE_INPUTS]
+    cache_shapes = [shape for shape in found if shape is not None]
+    if len(cache_shapes) != len(_CACHE_INPUTS):
+        return None
+    size = next((p.element_size() for p in params if p.is_floating_point()), 4)
+    layer = next((m for m in model.modules() if getattr(m, "cache", False) is True and hasattr(m, "head_dim")), None)
+    env = dict(env)
+    for shape in cache_shapes:
+        if layer is not None and len(shape) == 5:
+            for axis, value in ((2, layer.kv_heads), (4, layer.head_dim)):
+                names = free_symbols(shape[axis])
+                if len(names) == 1 and str(shape[axis]) in names:  # a bare symbol, not an expression
+                    env.setdefault(names.pop(), value)
+    total: Dim = 0
+    for shape in cache_shapes:
+        count = _costs.numel(shape)
+        if count is None:
+            return None
+        total = dim_add(total, count)
+    return _value(dim_mul(total, size), env)
 
 
 def _dims_from_sizes(checked: CheckedGraph, input_size: Any, dims: Mapping[str, Any]) -> dict[str, int]:

@@ -159,9 +159,50 @@ def projection_bias(value: Any) -> tuple[str, ...]:
 
 def _attention_inputs(p: Params, inputs: Sequence[TensorType]) -> tuple[TensorType | None, TensorType | None]:
     """The ``kv`` and ``score_bias`` inputs of an attention node, by the ports its parameters open."""
-    extra = len(inputs) - 1 - int(p.masked) - int(p.score_bias)
-    kv = inputs[1] if extra == 1 else None
-    return kv, (inputs[-1] if p.score_bias else None)
+    tail = 3 * int(p.cache) + int(p.position_ids)
+    body = inputs[: len(inputs) - tail]
+    extra = len(body) - 1 - int(p.masked) - int(p.score_bias)
+    kv = body[1] if extra == 1 else None
+    return kv, (body[-1] if p.score_bias else None)
+
+
+def _check_cache(p: Params, inputs: Sequence[TensorType], kv_heads: int, head_dim: int) -> None:
+    """A static key/value cache: ``cache_k`` and ``cache_v`` ``[B, kv_heads, M, head_dim]`` (their ``B`` and
+    ``M`` agree through the port patterns), an integer offset; only for causal self-attention."""
+    if not p.cache:
+        return
+    if not p.causal:
+        raise InferError(
+            "cache is true and causal is false",
+            code="E_PARAM",
+            param="cache",
+            expected="causal: true with a cache (each new token attends to the cached ones and itself)",
+            actual=p.cache,
+            hint="set causal: true, and pass the padding mask [B, M] over the cache's slots as the mask",
+        )
+    kv, _ = _attention_inputs(p, inputs)
+    if kv is not None:
+        raise InferError(
+            "a key/value cache is for self-attention, and this node has a kv input",
+            code="E_PARAM",
+            param="cache",
+            expected="no kv input with cache: true",
+            actual="a kv input",
+        )
+    tail = inputs[len(inputs) - 3 - int(p.position_ids) :]
+    for port, cache in zip(("cache_k", "cache_v"), tail[:2]):
+        shape = cache.shape
+        if shape is None or open_at(shape) is not None or len(shape) != 4:
+            continue
+        for axis, what, want in ((1, "key/value heads", kv_heads), (3, "head dim", head_dim)):
+            if isinstance(shape[axis], int) and shape[axis] != want:
+                raise InferError(
+                    f"the {port} {format_shape(shape)} has {shape[axis]} as its {what}, and the node has {want}",
+                    port=port,
+                    expected=f"[B, {kv_heads}, M, {head_dim}] ([B, kv_heads, M, head_dim])",
+                    actual=format_shape(shape),
+                    hint="make the cache with the node's kv_heads and head_dim: [B, kv_heads, max_length, head_dim]",
+                )
 
 
 def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
@@ -191,7 +232,17 @@ def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
         )
     if p.rope is not None:
         check_rope(p.rope, head_dim, "rope")
+    if p.position_ids and p.rope is None:
+        raise InferError(
+            "position_ids is true and the node has no rope: the positions would be read by nothing",
+            code="E_PARAM",
+            param="position_ids",
+            expected="rope with position_ids",
+            actual=True,
+            hint="give rope ({} for the defaults), or feed the positions to a position embedding instead (GPT-2's wpe)",
+        )
     _check_window(p)
+    _check_cache(p, inputs, kv_heads, head_dim)
     x = inputs[0]
     kv, bias = _attention_inputs(p, inputs)
     if kv is not None and kv.shape is not None and open_at(kv.shape) is None and not isinstance(kv.shape[2], int):
@@ -206,6 +257,10 @@ def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     if x.shape is not None and open_at(x.shape) is None:
         keys = x.shape if kv is None or kv.shape is None or open_at(kv.shape) is not None else kv.shape
         scores = (x.shape[0], p.num_heads, x.shape[1], keys[1])
+        if p.cache:
+            cache = inputs[len(inputs) - 3 - int(p.position_ids)].shape
+            # With a cache the keys are its M slots, the new tokens' written among them.
+            scores = None if cache is None or open_at(cache) is not None else (*scores[:3], cache[2])
     if p.masked:
         check_mask(inputs[1 + int(kv is not None)], scores)
     if bias is not None:
@@ -226,6 +281,8 @@ def _is_legacy(p: Params) -> bool:
         and p.rope is None
         and p.window is None
         and not p.score_bias
+        and not p.cache
+        and not p.position_ids
     )
 
 
@@ -280,6 +337,20 @@ def _is_legacy(p: Params) -> bool:
         Param(
             "score_bias", "bool", default=False, doc="the last input is a float added to the scores (T5's positions)"
         ),
+        Param(
+            "cache",
+            "bool",
+            default=False,
+            doc="a static key/value cache: inputs cache_k, cache_v [B, kv_heads, M, head_dim] and offset, the new "
+            "keys and values written into them in place at slots offset .. offset+T-1",
+        ),
+        Param(
+            "position_ids",
+            "bool",
+            default=False,
+            doc="the last input gives each query's position [B, T] for rope (left-padded rows); otherwise the "
+            "positions are offset .. offset+T-1",
+        ),
     ],
     inputs=[
         Port("x", ["B", "T", "embed_dim"], doc="batch, sequence, features: the queries (and keys and values)"),
@@ -298,6 +369,16 @@ def _is_legacy(p: Params) -> bool:
             when="score_bias",
             doc="float added to the scores, [1, num_heads, T, S] (T5) or any form a mask takes",
         ),
+        Port(
+            "cache_k",
+            ["B", "Hkv", "M", "Dh"],
+            dtype="same:x",
+            when="cache",
+            doc="the cached keys of M slots, written in place at slots offset .. offset+T-1",
+        ),
+        Port("cache_v", ["B", "Hkv", "M", "Dh"], dtype="same:x", when="cache", doc="the cached values, as cache_k"),
+        Port("offset", [], dtype="int64", when="cache", doc="0-d: the cache slot of the first of the T new tokens"),
+        Port("positions", ["B", "T"], dtype="int64", when="position_ids", doc="each query's position, for rope"),
     ],
     outputs=[Port("y", ["B", "T", "embed_dim"], dtype="same:x")],
     infer=_attention_infer,
@@ -305,8 +386,9 @@ def _is_legacy(p: Params) -> bool:
     inference=(
         "num_heads must divide embed_dim unless head_dim is given; kv_heads must divide num_heads; kdim (the kv "
         "input's width) must be an int; the mask is [B, S] (padding), [B, T, S] or of rank 4 broadcastable to "
-        "[B, num_heads, T, S] (S = T without kv), the score bias too; rope's dims even and at most head_dim; "
-        "window needs causal"
+        "[B, num_heads, T, S] (S = T without kv; S = M with a cache), the score bias too; rope's dims even and at "
+        "most head_dim; window needs causal; a cache needs causal self-attention, and its Hkv and Dh are kv_heads "
+        "and head_dim; position_ids needs rope"
     ),
     example={"op": "attention", "num_heads": 12, "causal": True},
     input_shape_example=["B", "T", 768],
@@ -336,8 +418,17 @@ def attention(p: Params, inputs: Sequence[TensorType]) -> Any:
     ``[1, num_heads, T, S]``). ``causal``, ``window``, the mask and the score bias combine. ``embed_dim`` follows
     from ``x``'s last dim.
 
+    Cache. With ``cache: true`` (causal self-attention only) three more inputs are a static key/value cache:
+    ``cache_k`` and ``cache_v`` ``[B, kv_heads, M, head_dim]`` and ``offset``, a 0-d int64 tensor. The ``T`` new
+    keys and values are written into the cache *in place* at slots ``offset .. offset+T-1`` (the caller owns the
+    cache and sees the write), and the queries attend over the ``M`` slots: query ``i`` sees slots up to
+    ``offset+i`` (with ``window``, the ``window`` latest of them), so slots not yet written are never read. The
+    mask, if any, is then over the slots: ``[B, M]`` padding. Rotary positions are ``offset .. offset+T-1``, or,
+    with ``position_ids: true``, the last input ``[B, T]`` (rows with left padding start later).
+    :func:`hndl.generate` drives it.
+
     A node that uses none of ``kv_heads``, ``head_dim``, ``fused: false``, a partial ``bias``, ``scale``,
-    ``rope``, ``window`` and ``score_bias`` builds the layer of earlier releases (``SelfAttention`` or
+    ``rope``, ``window``, ``score_bias``, ``cache`` and ``position_ids`` builds the layer of earlier releases (``SelfAttention`` or
     ``CrossAttention``), with the same state_dict keys.
     """
     from ..torch.layers import Attention, CrossAttention, SelfAttention
@@ -364,6 +455,8 @@ def attention(p: Params, inputs: Sequence[TensorType]) -> Any:
         rope=p.rope,
         masked=p.masked,
         score_bias=p.score_bias,
+        cache=p.cache,
+        position_ids=p.position_ids,
     )
 
 

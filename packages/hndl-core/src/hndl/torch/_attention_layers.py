@@ -52,11 +52,14 @@ def as_rank4(mask: Tensor) -> Tensor:
     return mask
 
 
-def allowed_pattern(t: int, s: int, window: int | None, device: torch.device) -> Tensor:
+def allowed_pattern(t: int, s: int, window: int | None, device: torch.device, offset: Tensor | None = None) -> Tensor:
     """``[t, s]`` bool, true where query ``i`` may see key ``j``: ``j <= i`` (causal, top-left aligned as
     ``is_causal``), and with a window also ``j > i - window`` (the ``window`` latest keys, the query's own
-    included: Mistral's sliding window)."""
+    included: Mistral's sliding window). With ``offset`` (a 0-d tensor: a cache's slot of the first query) query
+    ``i`` is at ``offset + i``."""
     query = torch.arange(t, device=device)[:, None]
+    if offset is not None:
+        query = query + offset
     key = torch.arange(s, device=device)[None, :]
     allowed = key <= query
     if window is not None:
@@ -72,11 +75,12 @@ def _combine(
     causal: bool,
     window: int | None,
     like: Tensor,
+    offset: Tensor | None = None,
 ) -> Tensor | None:
     """One ``attn_mask`` for SDPA from a mask (bool: true attends; float: added), an additive score bias and the
-    causal or sliding-window pattern, on ``like``'s device (the queries'); ``None`` when there is nothing to
-    apply."""
-    pattern = allowed_pattern(t, s, window, like.device) if causal else None
+    causal or sliding-window pattern (queries from slot ``offset`` on), on ``like``'s device (the queries');
+    ``None`` when there is nothing to apply."""
+    pattern = allowed_pattern(t, s, window, like.device, offset) if causal else None
     if mask is not None:
         mask = as_rank4(mask)
     if bias is None:
@@ -84,6 +88,12 @@ def _combine(
             return pattern
         if pattern is None:
             return mask
+        if mask.dtype == torch.bool and offset is not None:
+            # With a cache a padded query (left padding) has no real key at all. Its own slot is allowed: SDPA
+            # gives NaN for a row with nothing allowed on some releases (2.4), and a NaN written into the cache
+            # poisons every later row's softmax-weighted sum (0 * NaN), though the padded slot is masked there.
+            own = torch.arange(t, device=like.device)[:, None] + offset == torch.arange(s, device=like.device)
+            return (mask & pattern) | own
         return mask & pattern if mask.dtype == torch.bool else mask.masked_fill(~pattern, float("-inf"))
     allowed = pattern
     if mask is not None and mask.dtype == torch.bool:
@@ -114,6 +124,7 @@ def attend(
     window: int | None = None,
     scale: float | None = None,
     dropout: float = 0.0,
+    offset: Tensor | None = None,
 ) -> Tensor:
     """Scaled dot-product attention of ``q`` ``[B, H, T, D]`` over ``k`` ``[B, Hkv, S, D]`` and ``v``
     ``[B, Hkv, S, Dv]`` (``Hkv`` divides ``H``), giving ``[B, H, T, Dv]``.
@@ -126,18 +137,23 @@ def attend(
         window: with ``causal``, only the ``window`` latest keys (:func:`allowed_pattern`).
         scale: the factor on ``q @ k^T``; ``None`` is ``1/sqrt(D)``.
         dropout: on the attention weights (the caller passes 0 in eval mode).
+        offset: with ``causal``, the keys' slot of the first query (0-d; a static cache): query ``i`` sees keys
+            ``0 .. offset+i``.
     """
     t, s = q.shape[2], k.shape[2]
     groups = q.shape[1] // k.shape[1]
-    if mask is None and bias is None and window is None:
+    if mask is None and bias is None and window is None and offset is None:
         attn_mask, is_causal = None, causal
     else:
-        attn_mask, is_causal = _combine(mask, bias, t, s, causal, window, q), False
+        attn_mask, is_causal = _combine(mask, bias, t, s, causal, window, q, offset), False
     if groups > 1:
-        if _GQA_NATIVE and attn_mask is None:
-            # Without a mask SDPA's own grouping keeps the fused kernels (a mask sends it to the math kernel).
+        if _GQA_NATIVE and (attn_mask is None or q.device.type == "cpu"):
+            # Without a mask SDPA's own grouping keeps the fused kernels; with a mask it sends CUDA to the math
+            # kernel (repeated heads keep the memory-efficient one), while the CPU's flash kernel takes both: there
+            # the grouping saves repeating a layer's keys and values (a decoding step over a 256-slot cache: 2.3x
+            # faster attention, and no transient the size of the repeated keys and values).
             return F.scaled_dot_product_attention(
-                q, k, v, dropout_p=dropout, is_causal=is_causal, scale=scale, enable_gqa=True
+                q, k, v, attn_mask=attn_mask, dropout_p=dropout, is_causal=is_causal, scale=scale, enable_gqa=True
             )
         k, v = repeat_kv(k, groups), repeat_kv(v, groups)
     return F.scaled_dot_product_attention(
@@ -403,6 +419,8 @@ class Attention(nn.Module):
         rope: Mapping[str, Any] | None = None,
         masked: bool = False,
         score_bias: bool = False,
+        cache: bool = False,
+        position_ids: bool = False,
     ) -> None:
         super().__init__()
         kv_heads = num_heads if kv_heads is None else kv_heads
@@ -421,6 +439,8 @@ class Attention(nn.Module):
         self.dropout = dropout
         self.masked = masked
         self.score_bias = score_bias
+        self.cache = cache
+        self.position_ids = position_ids
         width = embed_dim if kdim is None else kdim
         q_out, kv_out = num_heads * head_dim, kv_heads * head_dim
         has = {name: name in bias for name in PROJECTIONS}
@@ -459,22 +479,37 @@ class Attention(nn.Module):
         v = v.view(b, s, -1, hd).transpose(1, 2)
         return q, k, v
 
-    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        """Queries and keys rotated by their positions ``0 .. T-1`` and ``0 .. S-1`` (one table when equal)."""
+    def rotate(self, q: Tensor, k: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Queries and keys rotated by their positions ``0 .. T-1`` and ``0 .. S-1`` (one table when equal), or
+        both by ``positions`` (an offset, ``[T]`` or ``[B, T]``: :meth:`Rotary.positions_for`)."""
         if self.rotary is None:
             return q, k
-        cos, sin = self.rotary.tables(self.rotary.positions_for(q, None), q.dtype)
+        cos, sin = self.rotary.tables(self.rotary.positions_for(q, positions), q.dtype)
         q = self.rotary.rotate(q, cos, sin)
-        if k.shape[2] != q.shape[2]:
+        if positions is None and k.shape[2] != q.shape[2]:
             cos, sin = self.rotary.tables(self.rotary.positions_for(k, None), k.dtype)
         return q, self.rotary.rotate(k, cos, sin)
 
     def forward(self, x: Tensor, *inputs: Tensor) -> Tensor:
         source = inputs[0] if self.cross else x
         mask = inputs[int(self.cross)] if self.masked else None
-        bias = inputs[-1] if self.score_bias else None
+        tail = 3 * self.cache + self.position_ids
+        body = inputs[: len(inputs) - tail]
+        bias = body[-1] if self.score_bias else None
+        positions = inputs[-1] if self.position_ids else None
+        offset = None
         q, k, v = self.project(x, source)
-        q, k = self.rotate(q, k)
+        if self.cache:
+            cache_k, cache_v, offset = inputs[len(inputs) - tail : len(inputs) - tail + 3]
+            q, k = self.rotate(q, k, offset if positions is None else positions)
+            # The cache is the caller's: the new keys and values are written into it in place, where the caller
+            # (hndl.generate) reads them on the next step. The runtime never writes into an input itself.
+            slots = torch.arange(x.shape[1], device=offset.device) + offset
+            cache_k.index_copy_(2, slots, k.to(cache_k.dtype))
+            cache_v.index_copy_(2, slots, v.to(cache_v.dtype))
+            k, v = cache_k, cache_v
+        else:
+            q, k = self.rotate(q, k, positions)
         y = attend(
             q,
             k,
@@ -485,6 +520,7 @@ class Attention(nn.Module):
             window=self.window,
             scale=self.scale,
             dropout=self.dropout if self.training else 0.0,
+            offset=offset,
         )
         # -1, not num_heads * head_dim: under tensor parallelism a rank holds num_heads / world of the heads.
         y = y.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
@@ -494,5 +530,5 @@ class Attention(nn.Module):
         return (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kv_heads={self.kv_heads}, "
             f"head_dim={self.head_dim}, fused={self.fused}, scale={self.scale}, causal={self.causal}, "
-            f"window={self.window}, dropout={self.dropout}"
+            f"window={self.window}, dropout={self.dropout}" + (", cache=True" if self.cache else "")
         )

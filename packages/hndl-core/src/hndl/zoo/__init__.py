@@ -75,12 +75,14 @@ if TYPE_CHECKING:
     from ..weights import LoadReport
 
 __all__ = [
+    "KV_CACHE_ENTRIES",
     "Entry",
     "Rule",
     "Target",
     "entry",
     "from_pretrained",
     "get",
+    "kv_cache_spec_text",
     "load_reference_state_dict",
     "names",
     "presets",
@@ -122,7 +124,31 @@ def spec_text(name: str) -> str:
     return resources.files(__name__).joinpath("specs", f"{name}.yaml").read_text(encoding="utf-8")
 
 
-def get(name: str, preset: str | None = None, **overrides: Any) -> Graph:
+#: The entries with a static key/value cache variant (``get(name, kv_cache=True)``): the decoders.
+KV_CACHE_ENTRIES = ("gpt2", "llama", "mistral")
+
+
+def kv_cache_spec_text(name: str) -> str:
+    """The spec file of entry ``name``'s variant with a static key/value cache (``specs/kv_cache/<name>.yaml``).
+
+    Raises:
+        HndlError: E_SPEC for an entry without one.
+    """
+    entry(name)
+    if name not in KV_CACHE_ENTRIES:
+        raise HndlError(
+            Problem(
+                "E_SPEC",
+                f"zoo:{name} has no key/value cache variant",
+                expected="one of " + ", ".join(KV_CACHE_ENTRIES),
+                actual=name,
+                hint="kv_cache=True is for the decoders, which generate text",
+            )
+        )
+    return resources.files(__name__).joinpath("specs", "kv_cache", f"{name}.yaml").read_text(encoding="utf-8")
+
+
+def get(name: str, preset: str | None = None, *, kv_cache: bool = False, **overrides: Any) -> Graph:
     """Entry ``name`` as a :class:`~hndl.Graph`, with its configuration (its spec's ``params``) overridden.
 
     Args:
@@ -130,6 +156,10 @@ def get(name: str, preset: str | None = None, **overrides: Any) -> Graph:
             after ``@``: ``"zoo:llama@llama-2-7b"``, which is how ``hndl summary`` and :func:`hndl.load` name one).
         preset: a published configuration of the entry (``"llama-2-7b"``, ``"bert-base"``; :func:`presets`
             lists them), applied before ``overrides``.
+        kv_cache: the entry's variant with a static key/value cache (:data:`KV_CACHE_ENTRIES`): the same
+            parameters and state_dict keys, the inputs of one decoding step (new tokens, their positions, a padding
+            mask over the cache's slots, the offset, every layer's keys and values). :func:`hndl.generate` builds
+            it itself; pass this to run the cache by hand.
         **overrides: values for the spec's parameters, ``num_classes=10``, ``n_layer=6``, ``image_size=384``
             (the module docstring lists each entry's). Their validity (type,
             range, whether the result is a consistent model) is checked by :func:`hndl.check`/:func:`hndl.build`
@@ -148,7 +178,10 @@ def get(name: str, preset: str | None = None, **overrides: Any) -> Graph:
         name = name[len(PREFIX) :]
     if isinstance(name, str) and "@" in name and preset is None:
         name, _, preset = name.partition("@")
-    graph = _load_text(spec_text(name), PREFIX + name, allow_imports=False)
+    if kv_cache:
+        graph = _load_text(kv_cache_spec_text(name), f"{PREFIX}{name}[kv_cache]", allow_imports=False)
+    else:
+        graph = _load_text(spec_text(name), PREFIX + name, allow_imports=False)
     if preset is not None:
         graph.params.update(_preset(name, preset))
     unknown = [key for key in overrides if key not in graph.params]
