@@ -18,7 +18,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
     apply_activation_checkpointing,
     checkpoint_wrapper,
 )
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 import hndl
 from hndl.torch import Block
@@ -59,6 +59,17 @@ def gradients(call: Any, model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> 
     return found
 
 
+def non_reentrant(model: nn.Module, early_stop: bool) -> Any:
+    """``checkpoint(model, *x, use_reentrant=False)`` with early stop on or off. The context manager, not the
+    ``early_stop=`` argument: torch 2.4's ``checkpoint`` has no such argument and passes it on to the model."""
+
+    def call(*x: torch.Tensor) -> torch.Tensor:
+        with set_checkpoint_early_stop(early_stop):
+            return checkpoint(model, *x, use_reentrant=False)
+
+    return call
+
+
 def assert_same(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
     assert got.keys() == want.keys()
     unequal = [name for name in want if not torch.equal(got[name], want[name])]
@@ -71,7 +82,7 @@ def test_checkpoint_non_reentrant_stop_recomputation_is_not_a_layer_failure(earl
     model = tiny_gpt2()
     inputs = gpt2_inputs(model)
     want = gradients(model, model, inputs)
-    got = gradients(lambda *x: checkpoint(model, *x, use_reentrant=False, early_stop=early_stop), model, inputs)
+    got = gradients(non_reentrant(model, early_stop), model, inputs)
     assert_same(got, want)
 
 
@@ -107,7 +118,7 @@ def test_checkpoint_stays_on_the_fast_path() -> None:
     gradients(model, model, inputs)
     before = model.validations
     for _ in range(2):
-        gradients(lambda *x: checkpoint(model, *x, use_reentrant=False, early_stop=True), model, inputs)
+        gradients(non_reentrant(model, early_stop=True), model, inputs)
     assert model.validations == before
 
 
