@@ -122,3 +122,45 @@ def check_gradients(
         state = model.state_dict()
         for key, value in moved.items():
             torch.testing.assert_close(state[key], value, atol=atol, rtol=rtol)
+
+
+def llama_reference(tf: Any, p: dict[str, Any], attn: str) -> Any:
+    """transformers' LLaMA for zoo:llama's parameters ``p`` (its ``.params``), random weights, ``attn`` its
+    attention implementation ("eager", "sdpa")."""
+    rope = {"rope_type": "default", "rope_theta": p["rope_theta"], **(p["rope_scaling"] or {})}
+    config = tf.LlamaConfig(
+        vocab_size=p["vocab_size"],
+        hidden_size=p["hidden_size"],
+        intermediate_size=p["intermediate_size"],
+        num_hidden_layers=p["num_hidden_layers"],
+        num_attention_heads=p["num_attention_heads"],
+        num_key_value_heads=p["num_key_value_heads"],
+        head_dim=p["head_dim"],
+        rope_parameters=rope,
+        rms_norm_eps=p["rms_norm_eps"],
+        attention_bias=p["attention_bias"],
+        mlp_bias=p["mlp_bias"],
+        attention_dropout=p["attention_dropout"],
+        max_position_embeddings=max(2048, (p["rope_scaling"] or {}).get("original_max_position_embeddings", 0) * 2),
+        attn_implementation=attn,
+    )
+    return tf.LlamaForCausalLM(config)
+
+
+def mistral_reference(tf: Any, p: dict[str, Any], attn: str) -> Any:
+    """transformers' Mistral for zoo:mistral's parameters ``p``, as :func:`llama_reference`."""
+    config = tf.MistralConfig(
+        vocab_size=p["vocab_size"],
+        hidden_size=p["hidden_size"],
+        intermediate_size=p["intermediate_size"],
+        num_hidden_layers=p["num_hidden_layers"],
+        num_attention_heads=p["num_attention_heads"],
+        num_key_value_heads=p["num_key_value_heads"],
+        head_dim=p["head_dim"],
+        rope_parameters={"rope_type": "default", "rope_theta": p["rope_theta"]},
+        sliding_window=p["sliding_window"],
+        rms_norm_eps=p["rms_norm_eps"],
+        attention_dropout=p["attention_dropout"],
+        attn_implementation=attn,
+    )
+    return tf.MistralForCausalLM(config)

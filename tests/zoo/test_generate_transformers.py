@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from parity import require  # noqa: E402
+from parity import llama_reference, mistral_reference, require  # noqa: E402
 
 import hndl  # noqa: E402
 import hndl.zoo  # noqa: E402
@@ -43,24 +43,7 @@ def _pair(name: str) -> tuple[Any, Any]:
         model = hndl.build(hndl.zoo.get("gpt2", **GPT2))
     else:
         p = hndl.zoo.get(name).params
-        common = dict(
-            vocab_size=p["vocab_size"],
-            hidden_size=p["hidden_size"],
-            intermediate_size=p["intermediate_size"],
-            num_hidden_layers=p["num_hidden_layers"],
-            num_attention_heads=p["num_attention_heads"],
-            num_key_value_heads=p["num_key_value_heads"],
-            rms_norm_eps=p["rms_norm_eps"],
-            rope_parameters={"rope_type": "default", "rope_theta": p["rope_theta"]},
-            bos_token_id=1,
-            eos_token_id=2,
-            pad_token_id=PAD,
-            attn_implementation="sdpa",
-        )
-        if name == "llama":
-            reference = tf.LlamaForCausalLM(tf.LlamaConfig(**common))
-        else:
-            reference = tf.MistralForCausalLM(tf.MistralConfig(**common, sliding_window=p["sliding_window"]))
+        reference = (llama_reference if name == "llama" else mistral_reference)(tf, p, "sdpa")
         model = hndl.build(hndl.zoo.get(name))
     hndl.zoo.load_reference_state_dict(model, name, reference.state_dict())
     return model.eval(), reference.eval()

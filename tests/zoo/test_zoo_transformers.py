@@ -20,7 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from parity import parameter_count, require  # noqa: E402
+from parity import llama_reference, mistral_reference, parameter_count, require  # noqa: E402
 
 import hndl  # noqa: E402
 import hndl.zoo  # noqa: E402
@@ -40,45 +40,6 @@ class Case:
     outputs: Callable[[Any, dict[str, torch.Tensor]], tuple[torch.Tensor, ...]]  # (reference, inputs)
     dropouts: tuple[str, ...]  # the spec parameters to zero for the gradient check
     masked: bool = True  # takes a padding mask
-
-
-def _llama(tf: Any, p: dict[str, Any], attn: str) -> Any:
-    rope = {"rope_type": "default", "rope_theta": p["rope_theta"], **(p["rope_scaling"] or {})}
-    config = tf.LlamaConfig(
-        vocab_size=p["vocab_size"],
-        hidden_size=p["hidden_size"],
-        intermediate_size=p["intermediate_size"],
-        num_hidden_layers=p["num_hidden_layers"],
-        num_attention_heads=p["num_attention_heads"],
-        num_key_value_heads=p["num_key_value_heads"],
-        head_dim=p["head_dim"],
-        rope_parameters=rope,
-        rms_norm_eps=p["rms_norm_eps"],
-        attention_bias=p["attention_bias"],
-        mlp_bias=p["mlp_bias"],
-        attention_dropout=p["attention_dropout"],
-        max_position_embeddings=max(2048, (p["rope_scaling"] or {}).get("original_max_position_embeddings", 0) * 2),
-        attn_implementation=attn,
-    )
-    return tf.LlamaForCausalLM(config)
-
-
-def _mistral(tf: Any, p: dict[str, Any], attn: str) -> Any:
-    config = tf.MistralConfig(
-        vocab_size=p["vocab_size"],
-        hidden_size=p["hidden_size"],
-        intermediate_size=p["intermediate_size"],
-        num_hidden_layers=p["num_hidden_layers"],
-        num_attention_heads=p["num_attention_heads"],
-        num_key_value_heads=p["num_key_value_heads"],
-        head_dim=p["head_dim"],
-        rope_parameters={"rope_type": "default", "rope_theta": p["rope_theta"]},
-        sliding_window=p["sliding_window"],
-        rms_norm_eps=p["rms_norm_eps"],
-        attention_dropout=p["attention_dropout"],
-        attn_implementation=attn,
-    )
-    return tf.MistralForCausalLM(config)
 
 
 def _decoder_inputs(vocab: int) -> Callable[[int, int, torch.Generator], dict[str, torch.Tensor]]:
@@ -184,8 +145,8 @@ def _t5_outputs(reference: Any, inputs: dict[str, torch.Tensor]) -> tuple[torch.
 
 
 CASES = {
-    "llama": Case("llama", _llama, _decoder_inputs(256), _decoder_outputs, ("attention_dropout",)),
-    "mistral": Case("mistral", _mistral, _decoder_inputs(256), _decoder_outputs, ("attention_dropout",)),
+    "llama": Case("llama", llama_reference, _decoder_inputs(256), _decoder_outputs, ("attention_dropout",)),
+    "mistral": Case("mistral", mistral_reference, _decoder_inputs(256), _decoder_outputs, ("attention_dropout",)),
     "bert": Case("bert", _bert, _bert_inputs, _bert_outputs, ("hidden_dropout_prob", "attention_probs_dropout_prob")),
     "whisper_encoder": Case(
         "whisper_encoder",
