@@ -88,14 +88,21 @@ def check_gradients(
     output: Callable[[Any], torch.Tensor] = lambda out: out,
     atol: float = 1e-5,
     rtol: float = 1e-4,
+    seed: int | None = None,
     **overrides: Any,
 ) -> None:
+    """Train-mode gradients (and moved BatchNorm statistics) equal the reference's. ``seed``: reseed torch's
+    generator before each side's forward, so random layers (dropout, stochastic depth) draw the same numbers."""
     randomise_batchnorm(reference)
     model = hndl.build(hndl.zoo.get(name, **overrides))
     hndl.zoo.load_reference_state_dict(model, name, reference.state_dict())
     model.train()
     reference.train()
+    if seed is not None:
+        torch.manual_seed(seed)
     ours = model(*inputs)
+    if seed is not None:
+        torch.manual_seed(seed)
     theirs = output(reference(*inputs))
     projection = torch.randn(ours.shape, generator=torch.Generator().manual_seed(2))
     (ours * projection).sum().backward()
