@@ -210,11 +210,12 @@ def test_setting_survives_deepcopy_and_pickle() -> None:
 
 def test_budget_chooses_fewer_segments_for_a_larger_budget() -> None:
     model = tiny_gpt2()
-    assert model.checkpointing(budget=10**12, B=2, T=16) == ()
-    smallest = _smallest_budget(model, B=2, T=16)
-    assert model.checkpointing(budget=smallest, B=2, T=16) == ("h.0", "h.1", "h.2")
-    between = model.checkpointing(budget=smallest * 2, B=2, T=16)
-    assert 0 < len(between) < 3
+    assert model.checkpointing(budget=10**12, B=8, T=16) == ()
+    smallest = _smallest_budget(model, B=8, T=16)
+    # Not h.2: the last block's backward runs first, right after forward, so recomputing it lowers no peak.
+    assert model.checkpointing(budget=smallest, B=8, T=16) == ("h.0", "h.1")
+    between = model.checkpointing(budget=smallest * 2, B=8, T=16)
+    assert 0 < len(between) < 2
 
 
 def _smallest_budget(model: hndl.GraphModule, **dims: int) -> int:

@@ -56,12 +56,12 @@ def test_frozen_parameters_have_no_gradient_or_state() -> None:
 
 def test_activations_with_and_without_the_current_checkpointing() -> None:
     model = tiny_gpt2()
-    plain = model.summary(train=True, B=2, T=16).training
+    plain = model.summary(train=True, B=8, T=16).training
     assert plain is not None
     assert plain.checkpointed == ()
     assert plain.activation_bytes == plain.checkpointed_activation_bytes
     model.checkpointing(["h"])
-    checkpointed = model.summary(train=True, B=2, T=16).training
+    checkpointed = model.summary(train=True, B=8, T=16).training
     assert checkpointed is not None
     assert checkpointed.checkpointed == ("h.0", "h.1", "h.2")
     assert checkpointed.activation_bytes == plain.activation_bytes

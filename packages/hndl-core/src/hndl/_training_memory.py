@@ -19,7 +19,7 @@ from ._errors import HndlError, Problem
 from ._plan import Plan
 from .naming import suggestion
 
-__all__ = ["OPTIMIZERS", "TrainingMemory", "training_memory"]
+__all__ = ["OPTIMIZERS", "TrainingMemory", "step_weight_bytes", "training_memory"]
 
 #: Per optimizer: (state tensors per trainable parameter, each its size; bytes per parameter tensor besides).
 OPTIMIZERS: Mapping[str, tuple[int, int]] = {
@@ -93,6 +93,18 @@ class TrainingMemory:
         ]
 
 
+def step_weight_bytes(model: Any, plan: Plan) -> list[int]:
+    """Per step of ``plan``, the bytes of its layer's trainable parameters: the gradient its backward makes
+    before adding it to ``.grad`` (a tied weight counts at each layer that uses it: each makes its own)."""
+    layers = dict(model.nodes.named_modules())
+    sizes = []
+    for step in plan.steps:
+        layer = layers.get(".".join(step.node.path))
+        params = () if layer is None else layer.parameters()
+        sizes.append(sum(p.numel() * p.element_size() for p in params if p.requires_grad))
+    return sizes
+
+
 def training_memory(model: Any, env: Mapping[str, int], optimizer: str, unbound: bool) -> TrainingMemory:
     """The training memory of ``model`` (a built GraphModule) at the dims ``env``; ``unbound`` says a symbol of
     the inputs has no size, so activations are unknown.
@@ -121,11 +133,9 @@ def training_memory(model: Any, env: Mapping[str, int], optimizer: str, unbound:
     chosen: frozenset[int] = getattr(model, "_checkpointed", frozenset())
     plan: Plan = model.plan
     if not unbound:
-        steps = _memory.step_bytes(plan, env, float_bytes)
-        in_flight = _memory.largest_output(plan, env, float_bytes)
-        plain = _memory.peak_bytes(plan, steps, [], (), in_flight)
-        found = _memory.segments(plan, env, float_bytes, chosen)
-        checkpointed = _memory.peak_bytes(plan, steps, found, {s.index for s in found}, in_flight)
+        acts = _memory.activations(plan, env, float_bytes, step_weight_bytes(model, plan))
+        plain = _memory.peak_bytes(plan, acts)
+        checkpointed = _memory.peak_bytes(plan, acts, chosen)
     return TrainingMemory(
         optimizer=key,
         parameter_bytes=sum(p.numel() * p.element_size() for p in params),

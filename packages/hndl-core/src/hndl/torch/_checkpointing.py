@@ -22,6 +22,7 @@ from torch.utils.checkpoint import checkpoint
 from .. import _memory
 from .._errors import HndlError, Problem
 from .._plan import Plan
+from .._training_memory import step_weight_bytes
 from ..naming import suggestion
 
 if TYPE_CHECKING:
@@ -158,7 +159,8 @@ def planned(model: GraphModule, budget: Any, dims: Mapping[str, Any]) -> frozens
             )
         )
     plan = model.plan
-    return _memory.choose(plan, bind_dims(plan, dims), budget, float_bytes(model)).chosen
+    weights = step_weight_bytes(model, plan)
+    return _memory.choose(plan, bind_dims(plan, dims), budget, float_bytes(model), weights).chosen
 
 
 def runners(plan: Plan, running: Plan, modules: Sequence[nn.Module | None], chosen: frozenset[int]) -> list[Any]:
