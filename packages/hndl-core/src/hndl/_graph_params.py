@@ -153,8 +153,16 @@ class _ExpressionError(ValueError):
 _TOKEN = re.compile(
     r"\s*(?:(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|(?P<name>\$?[A-Za-z_][A-Za-z0-9_]*)|(?P<op>//|[-+*/%(),]))"
 )
-#: Functions an expression may call, each with Python's meaning (``floor``, ``ceil``, ``round`` give integers).
-FUNCTIONS: dict[str, Any] = {"min": min, "max": max, "floor": math.floor, "ceil": math.ceil, "round": round}
+#: Functions an expression may call, each with Python's meaning (``floor``, ``ceil``, ``round`` give integers;
+#: ``pow(x, y)`` is ``math.pow``, a float: ``pow(d, -0.5)`` is Python's ``d ** -0.5``, bit for bit).
+FUNCTIONS: dict[str, Any] = {
+    "min": min,
+    "max": max,
+    "floor": math.floor,
+    "ceil": math.ceil,
+    "round": round,
+    "pow": math.pow,
+}
 
 
 class _Expression:

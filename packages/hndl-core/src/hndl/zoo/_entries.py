@@ -196,6 +196,27 @@ def _t5_encoder_rules() -> tuple[Rule, ...]:
     )
 
 
+def _swin_rules() -> tuple[Rule, ...]:
+    # torchvision keeps the patch embedding, stages and patch mergings in one Sequential, `features`: 0 the patch
+    # embedding (conv, permute, norm), 1, 3, 5, 7 the stages, 2, 4, 6 the mergings; hndl names them.
+    rules = [rule("features.0.0.{t}", "nodes.n_patch_embed.{t}"), rule("features.0.2.{t}", "nodes.n_patch_norm.{t}")]
+    for stage in range(1, 5):
+        ref, hndl = f"features.{2 * stage - 1}.{{i}}", f"nodes.n_stage{stage}.{{i}}"
+        rules += [
+            # The bias table is a bare Parameter in torchvision, an embedding's weight in hndl; the index is a
+            # persistent buffer on both sides.
+            rule(f"{ref}.attn.relative_position_bias_table", f"{hndl}.n_attn.n_relative_position_bias_table.weight"),
+            rule(f"{ref}.attn.relative_position_index", f"{hndl}.n_attn.n_relative_position_index.value"),
+            rule(f"{ref}.attn.{{layer}}.{{t}}", f"{hndl}.n_attn.n_{{layer}}.{{t}}"),
+            rule(f"{ref}.mlp.0.{{t}}", f"{hndl}.n_mlp_fc1.{{t}}"),
+            rule(f"{ref}.mlp.3.{{t}}", f"{hndl}.n_mlp_fc2.{{t}}"),
+            rule(f"{ref}.{{layer}}.{{t}}", f"{hndl}.n_{{layer}}.{{t}}"),
+        ]
+        if stage < 4:
+            rules.append(rule(f"features.{2 * stage}.{{layer}}.{{t}}", f"nodes.n_merge{stage}.n_{{layer}}.{{t}}"))
+    return (*rules, rule("{layer}.{t}", "nodes.n_{layer}.{t}"))
+
+
 _LLAMA_7B: dict[str, Any] = {
     "vocab_size": 32000,
     "hidden_size": 4096,
@@ -337,5 +358,6 @@ ENTRIES: dict[str, Entry] = {
             _T5_PRESETS,
             {"t5-small": 35_330_816, "t5-base": 109_628_544},
         ),
+        Entry("swin_t", "torchvision.models.swin_t()", 28_288_354, _swin_rules()),
     )
 }
