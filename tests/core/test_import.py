@@ -611,15 +611,6 @@ def test_relu6_and_hardswish_layers_are_their_ops() -> None:
         assert_same_outputs(net, model, torch.randn(3, 4) * 10)
 
 
-def test_an_sdpa_with_a_mask_says_what_it_waits_on() -> None:
-    net = Fn(lambda x, y: F.scaled_dot_product_attention(x, y, y, attn_mask=x[0, 0, :, :3] > 0))
-    with pytest.raises(hndl.HndlError) as err:
-        hndl.from_module(net, torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 4))
-    assert "with an attn_mask (sdpa's mask means something else) (waits on an sdpa mask with torch's broadcasting)" in (
-        str(err.value)
-    )
-
-
 def test_stochastic_depth_is_drop_path_in_both_modes(monkeypatch: pytest.MonkeyPatch) -> None:
     # torchvision's StochasticDepth has this row; the support module's copy of its class takes the same row here,
     # where torchvision does not import (tests/zoo/test_import_zoo.py runs the real one).

@@ -128,6 +128,31 @@ def test_linear(data):
     agree("linear", [shape], params, layer, static=[static], env=env)
 
 
+class _Conv1D(torch.nn.Module):
+    """transformers' GPT-2 Conv1D: weight [in, out], ``addmm`` on the input flattened to two dims."""
+
+    def __init__(self, nx: int, nf: int) -> None:
+        super().__init__()
+        self.nf = nf
+        self.weight = torch.nn.Parameter(torch.randn(nx, nf))
+        self.bias = torch.nn.Parameter(torch.randn(nf))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(*x.shape[:-1], self.nf)
+
+
+@PROPERTY
+@given(st.data())
+def test_linear_in_out(data):
+    shape = data.draw(st.lists(dims, min_size=1, max_size=4))
+    out = data.draw(dims)
+    given_in = data.draw(st.none() | dims)
+    params = {"out_features": out} | ({} if given_in is None else {"in_features": given_in})
+    static, env = _symbolize(data.draw, shape, range(len(shape) - 1))
+    layer = _Conv1D(shape[-1] if given_in is None else given_in, out)
+    agree("linear_in_out", [shape], params, layer, static=[static], env=env)
+
+
 @PROPERTY
 @given(st.data())
 def test_conv1d(data):

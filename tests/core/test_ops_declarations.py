@@ -47,6 +47,8 @@ def _param_value(p: hndl.Param, example: dict[str, Any], rng: random.Random) -> 
         return rng.randint(lo, hi) if rng.random() < 0.5 else [rng.randint(lo, hi), rng.randint(lo, hi)]
     if p.type.name == "ints":
         return [rng.randint(lo, hi) for _ in range(rng.randint(1, 3))]
+    if p.type.name == "numbers":
+        return [rng.choice([0, 1, rng.randint(lo, hi), rng.uniform(-2.0, 2.0)]) for _ in range(rng.randint(1, 4))]
     if p.type.name == "sizes":  # expand's target: sizes, or -1 to keep a dim
         return [rng.choice([-1, -1, 1, 2]) for _ in range(rng.randint(3, 4))]
     return example.get(p.name, p.default)  # strings, shapes, mappings, graph names: the example's

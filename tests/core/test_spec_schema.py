@@ -278,7 +278,7 @@ PARAM_VALUES = st.recursive(
 def _params() -> list[hndl.Param]:
     """Every parameter of every registered op, and each type with bounds, choices and null."""
     params = [p for o in hndl.registry for p in o.params]
-    for name in ("int", "float", "bool", "str", "ints", "int_or_pair", "shape", "dtype", "mapping", "graph"):
+    for name in ("int", "float", "bool", "str", "ints", "numbers", "int_or_pair", "shape", "dtype", "mapping", "graph"):
         params.append(hndl.Param("v", name))
         params.append(hndl.Param("v", name, nullable=True))
         params.append(hndl.Param("v", name, min=0, max=4))
@@ -347,7 +347,7 @@ LIST_PARAMS = [
     (o.name, p)
     for o in hndl.registry
     for p in o.params
-    if "array" in repr(p.schema())  # a list type: ints, int_or_pair, shape, expand's sizes, graph params
+    if "array" in repr(p.schema())  # a list type: ints, numbers, int_or_pair, shape, expand's sizes, graph params
 ]
 
 

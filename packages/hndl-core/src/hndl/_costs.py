@@ -166,6 +166,7 @@ def _recurrent(gates: int) -> Callable[[CheckedNode], Dim | None]:
 
 MACS: dict[str, Callable[[CheckedNode], Dim | None]] = {
     "linear": _linear,
+    "linear_in_out": _linear,
     "conv1d": _conv,
     "conv2d": _conv,
     "conv_transpose1d": _conv_transpose,

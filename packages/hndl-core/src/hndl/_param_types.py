@@ -152,6 +152,18 @@ class _IntegerList(ParamType):
         return (dim,)
 
 
+class _NumberList(ParamType):
+    name, description, bounded = "numbers", "list of numbers", False
+
+    def normalize(self, value: Any) -> tuple[Any, str]:
+        if not isinstance(value, (list, tuple)) or not all(_is_int(v) or isinstance(v, float) for v in value):
+            return None, f"must be a list of numbers, got {excerpt(value)}"
+        return tuple(value), ""
+
+    def schema(self, bounds: Mapping[str, float]) -> dict[str, Any]:
+        return {"type": "array", "items": {"type": "number"}}
+
+
 class _IntegerOrPair(ParamType):
     name, description, bounded = "int_or_pair", "integer, or a list of two integers", True
 
@@ -211,6 +223,7 @@ PARAM_TYPES: dict[str, ParamType] = {
         _Boolean(),
         _String(),
         _IntegerList(),
+        _NumberList(),
         _IntegerOrPair(),
         _Shape(),
         _Dtype(),

@@ -79,7 +79,8 @@ class Param:
     Attributes:
         name: the key in a spec file and the keyword in :meth:`Graph.add`.
         type: a :class:`~hndl.ParamType`; given as its name (``"int"``, ``"float"``, ``"bool"``, ``"str"``,
-            ``"ints"``, ``"int_or_pair"``, ``"shape"``, ``"dtype"``, ``"mapping"``, ``"graph"``) or as the object.
+            ``"ints"``, ``"numbers"``, ``"int_or_pair"``, ``"shape"``, ``"dtype"``, ``"mapping"``, ``"graph"``) or as
+            the object.
         default: the value when omitted; :data:`REQUIRED` if it must be given.
         doc: one line for the reference docs.
         min, max: inclusive bounds for numbers (and for each int of a list).

@@ -341,24 +341,55 @@ def _glu(site: Site) -> Emit:
 
 
 def _sdpa(site: Site) -> Emit:
-    """``F.scaled_dot_product_attention`` without a mask on ``[B, H, T, D]`` -> ``sdpa``, which calls it with the
-    same arguments. A mask is refused: hndl's ``sdpa`` reads a rank-2 mask as ``[B, S]`` padding, torch as
-    ``[T, S]``, and it combines masks its own way."""
+    """``F.scaled_dot_product_attention`` on ``[B, H, T, D]`` -> ``sdpa``, which calls it with the same arguments.
+
+    torch broadcasts an ``attn_mask`` against the scores ``[B, H, T, S]`` from the right (a rank-2 mask is
+    ``[T, S]``), while hndl's ``sdpa`` reads a mask below rank 4 as starting with the batch (``[B, S]``,
+    ``[B, T, S]``); so a mask of rank 4 is passed as it is, and one of rank 2 through a ``reshape`` to
+    ``[1, 1, T, S]``, which is how torch reads it (and computes it: the outputs are equal). Bool (true: attend) and
+    additive float masks mean the same to both. A rank-3 mask is refused: torch computes it another way than its
+    rank-4 form, an ulp apart."""
     q, k, v = site.tensor("query"), site.tensor("key"), site.tensor("value")
     if any(len(site.shape(t)) != 4 for t in (q, k, v)):
         raise Unsupported("scaled_dot_product_attention of tensors whose rank is not 4 (sdpa takes [B, H, T, D])")
-    if site.args.get("attn_mask") is not None:
-        raise Unsupported(
-            "scaled_dot_product_attention with an attn_mask (sdpa's mask means something else)",
-            waits="an sdpa mask with torch's broadcasting",
-        )
     if site.args.get("dropout_p", 0.0):
         # The trace is of eval mode: a call that drops out there too is not sdpa, which drops out in training only.
         raise Unsupported(f"scaled_dot_product_attention with dropout_p={site.args['dropout_p']!r} in eval mode")
     params: dict[str, Any] = {"causal": bool(site.args.get("is_causal", False))}
     if site.args.get("scale") is not None:
         params["scale"] = float(site.number("scale"))
-    return Emit("sdpa", [q, k, v], params)
+    inputs: list[Any] = [q, k, v]
+    if site.args.get("attn_mask") is not None:
+        mask = site.tensor("attn_mask")
+        if params["causal"]:
+            raise Unsupported("scaled_dot_product_attention with both an attn_mask and is_causal (torch refuses it)")
+        rank = len(site.shape(mask))
+        if rank == 3:
+            # torch computes a rank-3 mask on another path than the same mask as [1, H, T, S] (an ulp apart on
+            # CPU), and hndl's sdpa reads rank 3 as [B, T, S]: neither would give torch's outputs exactly.
+            raise Unsupported(
+                "scaled_dot_product_attention with a rank-3 attn_mask ([H, T, S] to torch, [B, T, S] to hndl's sdpa)",
+                waits="an sdpa mask of rank 3 read as torch reads it",
+            )
+        if rank not in (2, 4):
+            raise Unsupported(f"scaled_dot_product_attention with an attn_mask of rank {rank}")
+        if rank == 2:
+            sizes: list[int] = []
+            for size in site.shape(mask):
+                plain = site.symbols.plain(size)
+                if isinstance(plain, int):
+                    sizes.append(plain)
+                elif -1 in sizes:
+                    raise Unsupported(
+                        f"scaled_dot_product_attention with an attn_mask of shape {site.symbols.shape(mask.meta['val'])}"
+                        ": it is read as rank 4, and hndl's reshape takes one symbolic size"
+                    )
+                else:
+                    sizes.append(-1)
+            mask = Emit("reshape", [mask], {"shape": [1] * (4 - rank) + sizes})
+        inputs.append(mask)
+        params["masked"] = True
+    return Emit("sdpa", inputs, params)
 
 
 def _linear(site: Site) -> Emit:
@@ -367,6 +398,18 @@ def _linear(site: Site) -> Emit:
     out_features = int(site.shape(site.args["weight"])[0])
     weights = {"weight": weight} | ({"bias": bias} if bias is not None else {})
     return Emit("linear", [site.tensor("input")], {"out_features": out_features, "bias": bias is not None}, weights)
+
+
+def _addmm(site: Site) -> Emit:
+    """``torch.addmm(b, x, W)`` with ``W`` ``[in, out]`` and ``b`` parameters (transformers' ``Conv1D``) ->
+    ``linear_in_out``, which computes the same ``addmm``."""
+    if site.args.get("beta", 1) != 1 or site.args.get("alpha", 1) != 1:
+        raise Unsupported("addmm with beta or alpha other than 1")
+    weight, bias = site.weight("mat2"), site.weight("self")
+    w, b = site.shape(site.args["mat2"]), site.shape(site.args["self"])
+    if len(w) != 2 or len(b) != 1 or int(b[0]) != int(w[1]):
+        raise Unsupported("addmm whose bias is not one value per output column")
+    return Emit("linear_in_out", [site.tensor("mat1")], {"out_features": int(w[1])}, {"weight": weight, "bias": bias})
 
 
 def _conv(op: str, dims: int, transposed: bool = False) -> Row:
@@ -797,6 +840,7 @@ FUNCTIONS: dict[str, Row] = {
     "aten.roll.default": _roll,
     # attention
     "aten.scaled_dot_product_attention.default": _sdpa,
+    "aten.addmm.default": _addmm,
     # layers with weights (their parameters become the node's)
     "aten.linear.default": _linear,
     "aten.conv1d.default": _conv("conv1d", 1),
@@ -863,7 +907,7 @@ PENDING: dict[str, str] = {
     "aten.arange.start": "a row making arange of a traced size the positions op",
     "aten.cumsum.default": "a cumsum op",
     "aten.diff.default": "a diff op",
-    "aten.new_ones.default": "a constant tensor op",
+    "aten.new_ones.default": "a constant tensor op (a fixed size folds at import)",
     "aten.gather.default": "a gather op",
     "aten.index.Tensor": "a gather op (indexing by a tensor)",
 }

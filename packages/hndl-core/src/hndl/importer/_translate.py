@@ -4,7 +4,9 @@ Three passes over the traced nodes:
 
 1. *Units.* Each call of a layer whose class has a row in ``MODULES`` becomes one node (the row reads the layer's
    attributes and the call's arguments). The calls of the layers traced in training mode become ``module`` nodes.
-2. *Operations.* Every other traced operation goes through its row in ``FUNCTIONS``. One that has none, or whose
+2. *Operations.* An operation whose value no input can change folds (``_fold``): it is computed at import, and
+   the last such value before an operation that reads an input becomes a ``buffer`` node. Every other traced
+   operation goes through its row in ``FUNCTIONS``. One that has none, or whose
    row refuses it, makes the innermost layer call around it a ``module`` node, if that layer can be rebuilt from
    its class and constructor arguments (``_fallback``), else the next layer out; an operation outside every
    layer, or inside layers none of which can be rebuilt, is an ``E_IMPORT`` problem naming each.
@@ -35,6 +37,7 @@ from .._registry import registry
 from ..naming import dtype_name
 from ._aliases import Aliases
 from ._fallback import NotRebuildable, Rebuilt, rebuild
+from ._fold import fold
 from ._imported import Fallback, ImportedGraph
 from ._symbols import NotExpressible, name_symbols
 from ._table import FUNCTIONS, PENDING, Alias, Call, Emit, Port, Site, Unsupported, module_row
@@ -132,6 +135,7 @@ class _Translator:
                 self.within[fqn].add(n)
         #: Calls that need their signature preserved by another trace before they can be module nodes.
         self.unpreserved: set[str] = set()
+        self.folding: Any = None  # what folds at import (_fold), set by the operations pass
 
     # -- structure ---------------------------------------------------------------------------------------
 
@@ -243,15 +247,31 @@ class _Translator:
     def _operations_pass(self) -> dict[Any, Any]:
         """Pass 2: each traced operation outside the units through its row."""
         aliases = Aliases(self.nodes, self.user_inputs, self.parameters, self.buffers, self.describe)
+        folding = self.folding = fold(self.nodes, self._sources())
         results: dict[Any, Any] = {}
         for n in self._operations():
             if self.unit(n) is not None:
+                continue
+            if n in folding.frontier:
+                results[n] = folding.frontier[n]
+                continue
+            if n in folding.folded:
                 continue
             try:
                 results[n] = self._operation(n, aliases)
             except Unsupported as exc:
                 results[n] = exc
         return results
+
+    def _sources(self) -> dict[str, Any]:
+        """Placeholder name -> the tensor of each buffer and constant the module holds (what folding reads)."""
+        program = self.program
+        held = {**getattr(program, "constants", {}), **program.state_dict}
+        sources = {}
+        for name, key in {**self.buffers, **self.constants}.items():
+            if key in held:
+                sources[name] = held[key]
+        return sources
 
     def describe(self, node: Any) -> tuple[str, str]:
         """The path and class name of the layer call ``node`` ran in (``<root>`` for the module itself)."""
@@ -277,17 +297,21 @@ class _Translator:
             raise Unsupported(str(exc)) from None
         if isinstance(result, Emit):
             for v in result.inputs:
-                self._check_input(v)
+                for inner in v.inputs if isinstance(v, Emit) else [v]:
+                    self._check_input(inner)
         return result
 
     def _check_input(self, value: Any) -> None:
         if getattr(value, "op", "") != "placeholder" or value.name in self.parameters or value in self.values:
             return
+        if value in self.folding.frontier:
+            return  # a buffer read as data, whose value the import writes out as a buffer node
         what = "buffer" if value.name in self.buffers else "constant tensor"
         key = self.buffers.get(value.name) or self.constants.get(value.name) or value.name
         raise Unsupported(
             f"reads the {what} {key!r} as data",
-            waits="a constant tensor op: the buffer op computes its values at build, not from a state dict",
+            waits="a buffer the import can write out: one without infinities or NaNs, and of at most 65,536 numbers "
+            "unless a formula fills it",
         )
 
     def _fallbacks(self, results: Mapping[Any, Any]) -> None:
@@ -490,10 +514,18 @@ class _Translator:
             self.values[value] = self._add(Emit("parameter", [], {"shape": shape}, {"weight": key}), self._name(key))
             self.expected[self.values[value].node] = [value.meta["val"]]
             return self.values[value]
+        if getattr(value, "op", "") == "placeholder" and value in self.folding.frontier:
+            key = self.buffers.get(value.name) or self.constants.get(value.name) or value.name
+            self.values[value] = self._add(self.folding.frontier[value], self._name(key))
+            self.expected[self.values[value].node] = [value.meta["val"]]
+            return self.values[value]
         raise HndlError(Problem("E_IMPORT", f"the traced value {value.name!r} is read before it is made"))
 
     def _add(self, emit: Emit, name: str) -> Handle:
-        inputs = [self.ref(v) for v in emit.inputs]
+        # An input that is itself an Emit is a node of its own, made first (the reshape of an sdpa mask).
+        inputs = [
+            self._add(v, self._name(f"{name}_{v.op}")) if isinstance(v, Emit) else self.ref(v) for v in emit.inputs
+        ]
         tie: dict[str, str] = {}
         for local, key in emit.weights.items():
             tensor = self.state.get(key)

@@ -40,7 +40,7 @@ class Formula:
     def default_dtype(self, p: Params) -> str:
         if self.dtype != "number":
             return self.dtype
-        numbers = [p[name] for name in self.reads]
+        numbers = [n for name in self.reads for n in (p[name] if isinstance(p[name], (list, tuple)) else [p[name]])]
         return DEFAULT_INT if all(isinstance(n, int) for n in numbers) else DEFAULT_FLOAT
 
 
@@ -85,6 +85,35 @@ def _index_shape(shape: tuple[int, ...], p: Params) -> None:
             expected=f"[{n * n}] (torchvision) or [{n}, {n}]",
             actual=list(shape),
         )
+
+
+def _values_shape(shape: tuple[int, ...], p: Params) -> None:
+    if p["values"] is None:
+        raise InferError(
+            "init 'values' needs the values",
+            code="E_PARAM",
+            param="values",
+            expected=f"values: a list of {product(shape)} numbers",
+            actual="null",
+        )
+    if len(p["values"]) != product(shape):
+        raise InferError(
+            f"shape {list(shape)} holds {product(shape)} elements, but values has {len(p['values'])}",
+            code="E_PARAM",
+            param="values",
+            expected=f"{product(shape)} numbers (row-major)",
+            actual=len(p["values"]),
+        )
+
+
+def _values(shape: tuple[int, ...], p: Params, dtype: Any) -> Any:
+    import torch
+
+    values = list(p["values"])
+    if dtype.is_floating_point:
+        # Through float64, which holds every float32, float16 and bfloat16 exactly: one rounding, to dtype.
+        return torch.tensor(values, dtype=torch.float64).to(dtype).reshape(shape)
+    return torch.tensor(values, dtype=torch.int64).to(dtype).reshape(shape)
 
 
 def _zeros(shape: tuple[int, ...], p: Params, dtype: Any) -> Any:
@@ -196,6 +225,14 @@ FORMULAS: dict[str, Formula] = {
             _index_shape,
             _relative_position_index,
         ),
+        Formula(
+            "values",
+            "the numbers `values`, row-major (`torch.tensor(values).reshape(shape)`; 0 and 1 for a bool mask)",
+            ("values",),
+            "number",
+            _values_shape,
+            _values,
+        ),
     )
 }
 
@@ -206,6 +243,7 @@ _READ_BY = {
     "step": 1,
     "base": 10000.0,
     "window": None,
+    "values": None,
 }
 
 
@@ -227,6 +265,22 @@ def _buffer_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
         raise InferError("arange needs a step other than 0", code="E_PARAM", param="step", expected="!= 0", actual=0)
     formula.check(shape, p)
     dtype = p.dtype if p.dtype is not None else formula.default_dtype(p)
+    if p.init == "values" and dtype not in FLOATING and not all(isinstance(v, int) for v in p["values"]):
+        raise InferError(
+            f"a buffer of dtype {dtype} holds integers, but values has fractions",
+            code="E_PARAM",
+            param="values",
+            expected="integers (or a floating dtype)",
+            actual=next(v for v in p["values"] if not isinstance(v, int)),
+        )
+    if p.init == "values" and dtype == "bool" and not set(p["values"]) <= {0, 1}:
+        raise InferError(
+            "a bool buffer's values are 0 (false) and 1 (true)",
+            code="E_PARAM",
+            param="values",
+            expected="0s and 1s",
+            actual=sorted(set(p["values"]) - {0, 1})[:3],
+        )
     if dtype not in DTYPES:
         raise InferError(
             f"a buffer needs a concrete dtype, got the category {dtype!r}",
@@ -262,7 +316,14 @@ FLOATING = ("float16", "bfloat16", "float32", "float64")
             "dtype",
             default=None,
             nullable=True,
-            doc="its dtype (null: int64 for integer arange and full and for the index, else float32)",
+            doc="its dtype (null: int64 for integer arange, full and values and for the index, else float32)",
+        ),
+        Param(
+            "values",
+            "numbers",
+            default=None,
+            nullable=True,
+            doc="init values: the elements, row-major (0 and 1 for bool)",
         ),
         Param("persistent", "bool", default=True, doc="whether it is in the state_dict, as torch's register_buffer"),
     ],
@@ -291,7 +352,11 @@ def buffer(p: Params, inputs: Sequence[TensorType]) -> Any:
     - ``sinusoidal_whisper``: Whisper's ``[T, D]`` table (sines, then cosines), as its ``sinusoids``;
     - ``relative_position_index``: Swin's index into its relative position bias table for a ``window``,
       as torchvision's ``relative_position_index`` (``[N*N]`` or ``[N, N]``, ``N = h*w``); an ``embedding``
-      of it is the bias (``in: index``, ``num_embeddings: (2h-1)*(2w-1)``, ``embedding_dim``: the heads).
+      of it is the bias (``in: index``, ``num_embeddings: (2h-1)*(2w-1)``, ``embedding_dim``: the heads);
+    - ``values``: the numbers ``values``, row-major (0 and 1 for bool: false and true; int64 when all are
+      integers, else float32, unless ``dtype`` says): a small index, mask or table written out, as
+      ``hndl.from_module`` writes a constant it computed at import
+      (``{op: buffer, shape: [2, 2], init: values, values: [1, 0, 1, 1], dtype: bool}``).
     """
     import torch
 

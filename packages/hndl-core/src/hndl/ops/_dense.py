@@ -34,6 +34,35 @@ def linear(p: Params, inputs: Sequence[TensorType]) -> Any:
     return torch.nn.Linear(p.in_features, p.out_features, bias=p.bias)
 
 
+@op(
+    "linear_in_out",
+    params=[
+        Param("out_features", "int", min=1, doc="size of each output sample"),
+        Param("in_features", "int", min=1, inferred=True, doc="size of each input sample (inferred)"),
+        Param("bias", "bool", default=True, doc="learn an additive bias"),
+    ],
+    inputs=[Port("x", ["*batch", "in_features"], doc="features in the last dim")],
+    outputs=[Port("y", ["*batch", "out_features"], dtype="same:x")],
+    module="hndl.torch.layers.LinearInOut",
+    example={"op": "linear_in_out", "out_features": 192},
+    input_shape_example=["B", "T", 64],
+    returns="new",
+    aliases={"Conv1D": {}},
+    error_example={"params": {"out_features": 192}, "inputs": [[]]},
+)
+def linear_in_out(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """``linear`` with its weight stored ``[in_features, out_features]``: ``y = x @ W + b``.
+
+    transformers' GPT-2 ``Conv1D`` (and Keras's and Flax's ``Dense``) keep the weight this way round, the
+    transpose of ``torch.nn.Linear``'s; the layer computes as ``Conv1D`` does, ``torch.addmm(b, x2d, W)`` on the
+    input flattened to two dims, so its outputs equal ``Conv1D``'s bit for bit and its state dict takes
+    ``Conv1D``'s as it is.
+    """
+    from ..torch.layers import LinearInOut
+
+    return LinearInOut(p.in_features, p.out_features, bias=p.bias)
+
+
 def _embedding_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     if p.padding_idx is not None and not -p.num_embeddings <= p.padding_idx < p.num_embeddings:
         raise InferError(

@@ -32,6 +32,7 @@ __all__ = [
     "Expand",
     "LayerNorm2d",
     "LearnedTensor",
+    "LinearInOut",
     "MatMul",
     "Mean",
     "Mul",
@@ -489,6 +490,31 @@ class LearnedTensor(nn.Module):
     def extra_repr(self) -> str:
         what = f"value={self.value}" if self.init == "full" else f"std={self.std}"
         return f"shape={list(self.weight.shape)}, init={self.init!r}, {what}"
+
+
+class LinearInOut(nn.Module):
+    """An affine map whose weight is ``[in_features, out_features]`` (the ``linear_in_out`` op): transformers'
+    ``Conv1D``, computed as it does (``torch.addmm`` on the input flattened to two dims)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = nn.Parameter(torch.empty(in_features, out_features))
+        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
+        # nn.Linear's initialisation, of the transposed weight.
+        nn.init.kaiming_uniform_(self.weight.T, a=5**0.5)
+        if self.bias is not None:
+            bound = 1 / in_features**0.5 if in_features > 0 else 0.0
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = x.reshape(-1, self.in_features)
+        y = flat @ self.weight if self.bias is None else torch.addmm(self.bias, flat, self.weight)
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
 class FixedTensor(nn.Module):

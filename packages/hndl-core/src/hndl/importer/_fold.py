@@ -1,0 +1,200 @@
+"""Import-time constant folding: traced operations whose values the model's inputs cannot change.
+
+An operation *folds* when everything it reads folds too: a buffer or constant tensor of the module, numbers,
+or another folding operation, and never a model input, a parameter, or a size of an input. ``new_ones``,
+``zeros_like`` and their kin read only the dtype and device of their tensor argument (and the ``*_like`` ones
+its shape, which must then be fixed), so that argument does not count. Random operations never fold.
+
+Such a value is the same on every call the graph admits: it depends on no input's values, and on no input
+size either, since a size that ``dynamic_shapes`` leaves free is a traced symbol (a ``sym_size`` node, which
+reads the input) and a fixed size is the same on every call. So it is computed once, at import, from the
+module's buffers, and the last folding value before an operation that does not fold (the *frontier*) becomes a
+``buffer`` node that reproduces it: a formula where one fits (``zeros``, ``ones``, ``full``, ``arange``), else
+the integers themselves (``init: values``), non-persistent, so the spec alone rebuilds it. A floating value no
+formula fills, or a large one, is not folded: the operations that made it are translated as usual.
+
+The attention masks transformers builds at a fixed sequence length are such values (``arange``, ``cumsum``,
+indexing by a tensor, ``new_ones``), as are BERT's position and token type ids (buffers, sliced and gathered).
+A buffer read as data is folded with the value it holds at import; a later checkpoint's value for it is not
+read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._table import Emit, Unsupported
+
+__all__ = ["MAX_VALUES", "Folding", "fold"]
+
+#: The most elements a folded value written out as ``init: values`` may have.
+MAX_VALUES = 65536
+
+#: Operations that read only the dtype, device (and for ``*_like`` the shape) of their first argument.
+_META_ONLY = {
+    "aten.new_ones.default",
+    "aten.new_zeros.default",
+    "aten.new_full.default",
+    "aten.ones_like.default",
+    "aten.zeros_like.default",
+    "aten.full_like.default",
+}
+
+
+class Folding:
+    """The folding operations of a traced graph, their values, and the ``buffer`` node of each frontier value.
+
+    Attributes:
+        folded: the traced nodes that fold (no node of their own, unless in ``frontier``).
+        frontier: traced node -> the ``buffer`` :class:`Emit` that reproduces its value.
+    """
+
+    def __init__(self, folded: set[Any], frontier: dict[Any, Emit]) -> None:
+        self.folded = folded
+        self.frontier = frontier
+
+
+def fold(nodes: Iterable[Any], sources: Mapping[str, Any]) -> Folding:
+    """The folding of ``nodes`` (a traced graph's nodes, in order).
+
+    Args:
+        sources: placeholder name -> the tensor a buffer or constant placeholder holds (what folds from).
+    """
+    import torch
+
+    nodes = list(nodes)
+    folds: set[Any] = set()
+    for n in nodes:
+        if n.op == "placeholder":
+            if n.name in sources:
+                folds.add(n)
+        elif n.op == "call_function" and _folds(n, folds, torch):
+            folds.add(n)
+    # A tensor something writes into in place (an operation that does not fold) has another value after the
+    # write than before: nothing that shares its memory folds, and nothing computed from those.
+    for n in nodes:
+        schema = getattr(n.target, "_schema", None)
+        if n.op == "call_function" and schema is not None and schema.is_mutable:
+            for written in n.all_input_nodes:
+                if written in folds:
+                    _drop_related(written, folds)
+    values: dict[Any, Any] = {}
+    with torch.no_grad():
+        for n in nodes:
+            if n not in folds:
+                continue
+            if n.op == "placeholder":
+                values[n] = sources[n.name].clone()  # never the module's own tensor
+                continue
+            args, kwargs = torch.fx.node.map_arg(
+                (n.args, n.kwargs), lambda a: values[a] if a in values else _stand_in(a, torch)
+            )
+            try:
+                values[n] = n.target(*args, **kwargs)
+            except Exception:
+                folds.discard(n)
+                _drop_users(n, folds)
+    # A frontier value no buffer can reproduce keeps its operation: it and what it reads are translated, and
+    # what that reads becomes the frontier instead, until every frontier value has its buffer.
+    while True:
+        frontier: dict[Any, Emit] = {}
+        refused = []
+        for n in nodes:
+            if n not in folds or not isinstance(n.meta.get("val"), torch.Tensor):
+                continue
+            if not any(u not in folds for u in n.users):
+                continue
+            try:
+                frontier[n] = _buffer(values[n], torch)
+            except Unsupported:
+                refused.append(n)
+        if not refused:
+            return Folding(folds, frontier)
+        for n in refused:
+            folds.discard(n)
+
+
+def _folds(n: Any, folds: set[Any], torch: Any) -> bool:
+    target = str(n.target)
+    tags = getattr(n.target, "tags", ())
+    if torch.Tag.nondeterministic_seeded in tags:
+        return False
+    schema = getattr(n.target, "_schema", None)
+    if schema is not None and schema.is_mutable:
+        return False  # an in-place write: what reads the tensor before it and after it sees different values
+    value = n.meta.get("val")
+    if isinstance(value, torch.Tensor) and not all(isinstance(s, int) for s in value.shape):
+        return False
+    if isinstance(value, torch.SymInt):
+        return False
+    args: list[Any] = list(n.args)
+    if target in _META_ONLY and args:
+        args = args[1:]
+    read: list[Any] = []
+    torch.fx.node.map_arg((args, n.kwargs), read.append)
+    leaves, _ = torch.utils._pytree.tree_flatten((args, n.kwargs))
+    if any(isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)) for a in leaves):
+        return False
+    if not read and not isinstance(value, torch.Tensor):
+        return False  # reads nothing and makes no tensor (an assertion): left alone
+    return all(a in folds for a in read)
+
+
+def _stand_in(n: Any, torch: Any) -> Any:
+    """A tensor of the traced value's dtype (and shape, where fixed): what ``new_ones`` and kin read of it."""
+    value = n.meta.get("val")
+    if not isinstance(value, torch.Tensor):
+        return None
+    return torch.zeros([s if isinstance(s, int) else 0 for s in value.shape], dtype=value.dtype)
+
+
+def _drop_related(n: Any, folds: set[Any]) -> None:
+    """Unfold ``n``, what it was computed from, and everything computed from any of those."""
+    stack, seen = [n], set()
+    while stack:
+        m = stack.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        stack.extend(a for a in m.all_input_nodes if a in folds)
+    for m in seen:
+        folds.discard(m)
+        _drop_users(m, folds)
+
+
+def _drop_users(n: Any, folds: set[Any]) -> None:
+    for u in n.users:
+        if u in folds:
+            folds.discard(u)
+            _drop_users(u, folds)
+
+
+def _buffer(value: Any, torch: Any) -> Emit:
+    """A ``buffer`` node that gives ``value``: a formula where one fits, else its integers."""
+    shape = [int(s) for s in value.shape]
+    dtype = str(value.dtype).removeprefix("torch.")
+    params: dict[str, Any] = {"shape": shape, "persistent": False}
+    flat = value.detach().reshape(-1)
+    if value.dtype == torch.bool or not value.is_floating_point():
+        ints = flat.to(torch.int64)
+        params["dtype"] = dtype
+        if flat.numel() and bool((ints == 0).all()):
+            return Emit("buffer", [], {**params, "init": "zeros"})
+        if flat.numel() and bool((ints == 1).all()):
+            return Emit("buffer", [], {**params, "init": "ones"})
+        if value.dtype != torch.bool and flat.numel() > 1:
+            start, step = int(ints[0]), int(ints[1] - ints[0])
+            if step and torch.equal(ints, start + step * torch.arange(flat.numel())):
+                return Emit("buffer", [], {**params, "init": "arange", "start": start, "step": step})
+        if flat.numel() > MAX_VALUES:
+            raise Unsupported(f"a constant of {flat.numel()} elements (more than {MAX_VALUES} to write out)")
+        return Emit("buffer", [], {**params, "init": "values", "values": [int(v) for v in ints.tolist()]})
+    if flat.numel() and bool(torch.isfinite(flat[0])) and bool((flat == flat[0]).all()):
+        return Emit("buffer", [], {**params, "init": "full", "value": float(flat[0]), "dtype": dtype})
+    if not bool(torch.isfinite(flat).all()):
+        raise Unsupported("a floating constant with infinities or NaNs, which no buffer formula reproduces")
+    if flat.numel() > MAX_VALUES:
+        raise Unsupported(f"a constant of {flat.numel()} elements (more than {MAX_VALUES} to write out)")
+    # float64 holds every float32, float16 and bfloat16 value exactly, and YAML writes a float64 exactly.
+    return Emit("buffer", [], {**params, "init": "values", "values": flat.to(torch.float64).tolist(), "dtype": dtype})
