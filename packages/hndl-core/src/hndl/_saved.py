@@ -41,7 +41,8 @@ SAVES: Mapping[str, str] = {
     ),
     **dict.fromkeys(
         (
-            *("linear", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "matmul", "mul", "div"),
+            *("linear", "linear_in_out", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "matmul"),
+            *("mul", "div"),
             *("layernorm", "layernorm2d", "rmsnorm", "batchnorm1d", "batchnorm2d", "groupnorm"),
             *("gelu", "silu", "mish", "softplus", "hardswish", "hardsigmoid", "hardtanh", "relu6"),
             *("leaky_relu", "elu", "selu", "celu", "prelu", "glu", "logsigmoid", "softsign", "erf", "log"),
