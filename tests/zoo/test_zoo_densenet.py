@@ -4,6 +4,8 @@ torchvision 0.29.1); the tests that need it skip elsewhere. References are built
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -93,6 +95,17 @@ def test_torchvision_keys_map_in_torchvision_order():
     rules = hndl.zoo.entry("densenet121").rules
     assert [_mapped(rules, key) for key in reference.state_dict()] == list(model.state_dict())
     assert _mapped(rules, "features.denseblock3.denselayer1.conv1.weight") == "nodes.n_denseblock3.0.n_conv1.weight"
+
+
+def test_a_missing_tensor_names_torchvision_s_key_counted_from_1():
+    models = require("torchvision.models")
+    config = _config([2, 1, 1, 1], growth_rate=4, num_init_features=8, bn_size=1)
+    state = models.DenseNet(4, (2, 1, 1, 1), 8, 1).state_dict()
+    del state["features.denseblock1.denselayer2.conv1.weight"]
+    model = hndl.build(hndl.zoo.get("densenet121", **config))
+    expected = re.escape("expected checkpoint key 'features.denseblock1.denselayer2.conv1.weight'")
+    with pytest.raises(hndl.HndlError, match=expected):
+        hndl.zoo.load_reference_state_dict(model, "densenet121", state)
 
 
 def test_cli_summary_prints_the_parameter_count_and_multiply_adds(capsys):
