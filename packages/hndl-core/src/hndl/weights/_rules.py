@@ -4,7 +4,9 @@ A :class:`Rule` pairs one checkpoint key template (``h.{i}.attn.c_attn.weight``)
 into one tensor, with the model key templates they become, each with a :class:`~hndl.weights.Layout`. A field
 ``{name}`` stands for one dot-free part of a key and carries over from one side to the other; ``{name*}`` stands
 for one or more parts (``module.{key*}`` strips DDP's prefix); a field named twice in a template must match the
-same text twice. Rules run forward (a checkpoint key to the model keys it fills) and backward (a model key to
+same text twice. A field with an offset, ``{name+1}`` (or ``{name-1}``), stands for a whole number (no sign, no
+leading zero) that is the field's value plus the offset: ``denselayer{i+1}`` on one side and ``{i}`` on the other
+carry a checkpoint's count from 1 to a model's from 0. Rules run forward (a checkpoint key to the model keys it fills) and backward (a model key to
 the checkpoint keys that would fill it), which is how a message names the checkpoint key a missing tensor should
 have come from. A rule with no target drops what it matches (a causal-mask buffer the model computes).
 
@@ -25,7 +27,8 @@ from ._layouts import Layout, Same, as_layout
 
 __all__ = ["Rule", "RuleMatch", "Target", "Template", "as_rules", "rule"]
 
-_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(\*?)\}")
+_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(\*?)([+-][0-9]{1,9})?\}")
+_NUMBER = re.compile(r"0|[1-9][0-9]*")
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class Template:
 
     text: str
     fields: dict[str, bool] = field(init=False, compare=False, repr=False)  # name -> matches several parts
+    offsets: dict[str, int] = field(init=False, compare=False, repr=False)  # name -> its offset ({i+1}: 1)
     _pattern: re.Pattern[str] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -41,20 +45,28 @@ class Template:
             raise ValueError(f"a key template must be a non-empty string, not {excerpt(self.text)}")
         out: list[str] = []
         fields: dict[str, bool] = {}
+        offsets: dict[str, int] = {}
         pos = 0
         for m in _FIELD.finditer(self.text):
             out.append(self._literal(self.text[pos : m.start()]))
-            name, star = m.group(1), bool(m.group(2))
+            name, star, offset = m.group(1), bool(m.group(2)), int(m.group(3) or 0)
+            if star and m.group(3):
+                raise ValueError(f"template {self.text!r} gives field {name!r} both '*' and an offset")
             if name in fields:
                 if fields[name] != star:
                     raise ValueError(f"template {self.text!r} writes field {name!r} both with and without '*'")
+                if offsets.get(name, 0) != offset:
+                    raise ValueError(f"template {self.text!r} writes field {name!r} with two offsets")
                 out.append(f"(?P={name})")
             else:
                 out.append(f"(?P<{name}>.+)" if star else f"(?P<{name}>[^.]+)")
             fields[name] = star
+            if offset:
+                offsets[name] = offset
             pos = m.end()
         out.append(self._literal(self.text[pos:]))
         object.__setattr__(self, "fields", fields)
+        object.__setattr__(self, "offsets", offsets)
         object.__setattr__(self, "_pattern", re.compile("".join(out)))
 
     def _literal(self, text: str) -> str:
@@ -67,11 +79,30 @@ class Template:
     def match(self, key: str) -> dict[str, str] | None:
         """The fields' values when ``key`` fits the template, else None."""
         m = self._pattern.fullmatch(key)
-        return None if m is None else m.groupdict()
+        if m is None:
+            return None
+        values = m.groupdict()
+        for name, offset in self.offsets.items():
+            if not _NUMBER.fullmatch(values[name]) or int(values[name]) < offset:
+                return None
+            values[name] = str(int(values[name]) - offset)
+        return values
+
+    def fits(self, values: Mapping[str, str]) -> bool:
+        """Whether :meth:`fill` can write ``values``: a field with an offset needs a whole number that stays one."""
+        return all(
+            _NUMBER.fullmatch(values[name]) is not None and int(values[name]) + offset >= 0
+            for name, offset in self.offsets.items()
+        )
 
     def fill(self, values: Mapping[str, str]) -> str:
-        """The key with each field replaced by its value."""
-        return _FIELD.sub(lambda m: values[m.group(1)], self.text)
+        """The key with each field replaced by its value (plus the field's offset)."""
+
+        def text(m: re.Match[str]) -> str:
+            offset = self.offsets.get(m.group(1))
+            return values[m.group(1)] if offset is None else str(int(values[m.group(1)]) + offset)
+
+        return _FIELD.sub(text, self.text)
 
     def __str__(self) -> str:
         return self.text
@@ -169,7 +200,7 @@ class Rule:
         """What the checkpoint key ``key`` belongs to under this rule, or None when the rule does not match it."""
         for template in self._sources:
             values = template.match(key)
-            if values is not None:
+            if values is not None and all(t.fits(values) for t in (*self._sources, *self._targets)):
                 return RuleMatch(
                     self,
                     tuple(s.fill(values) for s in self._sources),
@@ -186,7 +217,11 @@ class Rule:
         """
         for template in self._targets:
             values = template.match(key)
-            if values is not None and all(name in values for name in self._sources[0].fields):
+            if (
+                values is not None
+                and all(name in values for name in self._sources[0].fields)
+                and all(s.fits(values) for s in self._sources)
+            ):
                 return tuple(s.fill(values) for s in self._sources)
         return None
 

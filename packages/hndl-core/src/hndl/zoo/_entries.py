@@ -217,6 +217,40 @@ def _swin_rules() -> tuple[Rule, ...]:
     return (*rules, rule("{layer}.{t}", "nodes.n_{layer}.{t}"))
 
 
+def _convnext_rules() -> tuple[Rule, ...]:
+    # torchvision's `features` interleaves the stem (0), the stages (1, 3, 5, 7) and the downsampling layers
+    # (2, 4, 6); a block's layers are the positions of its Sequential (1 and 6 are permutes, 4 the GELU).
+    rules = [
+        rule("features.0.0.{t}", "nodes.n_stem_conv.{t}"),
+        rule("features.0.1.{t}", "nodes.n_stem_norm.{t}"),
+    ]
+    for stage in range(1, 5):
+        ref, hndl = f"features.{2 * stage - 1}.{{i}}", f"nodes.n_stage{stage}.{{i}}"
+        rules += [
+            rule(f"{ref}.layer_scale", f"{hndl}.n_layer_scale.weight"),
+            rule(f"{ref}.block.0.{{t}}", f"{hndl}.n_dwconv.{{t}}"),
+            rule(f"{ref}.block.2.{{t}}", f"{hndl}.n_norm.{{t}}"),
+            rule(f"{ref}.block.3.{{t}}", f"{hndl}.n_pwconv1.{{t}}"),
+            rule(f"{ref}.block.5.{{t}}", f"{hndl}.n_pwconv2.{{t}}"),
+        ]
+        if stage < 4:
+            rules += [
+                rule(f"features.{2 * stage}.0.{{t}}", f"nodes.n_downsample{stage}.n_norm.{{t}}"),
+                rule(f"features.{2 * stage}.1.{{t}}", f"nodes.n_downsample{stage}.n_conv.{{t}}"),
+            ]
+    return (*rules, rule("classifier.0.{t}", "nodes.n_norm.{t}"), rule("classifier.2.{t}", "nodes.n_classifier.{t}"))
+
+
+def _densenet_rules() -> tuple[Rule, ...]:
+    # torchvision counts a block's layers from 1 (denselayer1), hndl's repetitions from 0: the field's offset.
+    return (
+        rule("features.denseblock{b}.denselayer{i+1}.{layer}.{t}", "nodes.n_denseblock{b}.{i}.n_{layer}.{t}"),
+        rule("features.transition{b}.{layer}.{t}", "nodes.n_transition{b}.n_{layer}.{t}"),
+        rule("features.{layer}.{t}", "nodes.n_{layer}.{t}"),
+        rule("classifier.{t}", "nodes.n_classifier.{t}"),
+    )
+
+
 _LLAMA_7B: dict[str, Any] = {
     "vocab_size": 32000,
     "hidden_size": 4096,
@@ -358,6 +392,8 @@ ENTRIES: dict[str, Entry] = {
             _T5_PRESETS,
             {"t5-small": 35_330_816, "t5-base": 109_628_544},
         ),
+        Entry("convnext_tiny", "torchvision.models.convnext_tiny()", 28_589_128, _convnext_rules()),
         Entry("swin_t", "torchvision.models.swin_t()", 28_288_354, _swin_rules()),
+        Entry("densenet121", "torchvision.models.densenet121()", 7_978_856, _densenet_rules()),
     )
 }
