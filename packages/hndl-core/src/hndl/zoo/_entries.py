@@ -251,6 +251,51 @@ def _densenet_rules() -> tuple[Rule, ...]:
     )
 
 
+def _conv_bn_act_rules(ref: str, hndl: str) -> tuple[Rule, ...]:
+    # torchvision's Conv2dNormActivation is Sequential(conv, norm, activation); hndl's conv_bn_act names them.
+    return (rule(f"{ref}.0.{{t}}", f"{hndl}.n_conv.{{t}}"), rule(f"{ref}.1.{{t}}", f"{hndl}.n_bn.{{t}}"))
+
+
+def _inverted_residual_rules(ref: str, hndl: str, layers: tuple[str, ...]) -> tuple[Rule, ...]:
+    # torchvision numbers a block's layers (`block.0`, `block.1`, ...), so a layer's number depends on which
+    # layers the block has; hndl names them (expand, depthwise, se, project).
+    rules: list[Rule] = []
+    for j, layer in enumerate(layers):
+        if layer == "se":
+            rules.append(rule(f"{ref}.block.{j}.{{fc}}.{{t}}", f"{hndl}.n_se.n_{{fc}}.{{t}}"))
+        else:
+            rules += _conv_bn_act_rules(f"{ref}.block.{j}", f"{hndl}.n_{layer}")
+    return tuple(rules)
+
+
+def _mobilenet_v3_rules() -> tuple[Rule, ...]:
+    # features.0 is the stem, features.1..11 the blocks (hndl's blocks.0..10), features.12 the last convolution.
+    # The first block has no expansion, the second and third no squeeze-and-excitation.
+    full = ("expand", "depthwise", "se", "project")
+    layouts = [("depthwise", "se", "project"), *[("expand", "depthwise", "project")] * 2, *[full] * 8]
+    rules = list(_conv_bn_act_rules("features.0", "nodes.n_first_conv"))
+    for i, layers in enumerate(layouts):
+        rules += _inverted_residual_rules(f"features.{i + 1}", f"nodes.n_blocks.{i}", layers)
+    return (
+        *rules,
+        *_conv_bn_act_rules(f"features.{len(layouts) + 1}", "nodes.n_last_conv"),
+        rule("classifier.0.{t}", "nodes.n_fc1.{t}"),
+        rule("classifier.3.{t}", "nodes.n_fc2.{t}"),
+    )
+
+
+def _efficientnet_rules() -> tuple[Rule, ...]:
+    # features.0 is the stem, features.1..7 the stages (hndl's stage1..stage7, each block by its number),
+    # features.8 the last convolution. The first stage's blocks have no expansion (their ratio is 1).
+    return (
+        *_conv_bn_act_rules("features.0", "nodes.n_first_conv"),
+        *_inverted_residual_rules("features.1.{b}", "nodes.n_stage1.{b}", ("depthwise", "se", "project")),
+        *_inverted_residual_rules("features.{s}.{b}", "nodes.n_stage{s}.{b}", ("expand", "depthwise", "se", "project")),
+        *_conv_bn_act_rules("features.8", "nodes.n_last_conv"),
+        rule("classifier.1.{t}", "nodes.n_fc.{t}"),
+    )
+
+
 _LLAMA_7B: dict[str, Any] = {
     "vocab_size": 32000,
     "hidden_size": 4096,
@@ -392,7 +437,9 @@ ENTRIES: dict[str, Entry] = {
             _T5_PRESETS,
             {"t5-small": 35_330_816, "t5-base": 109_628_544},
         ),
+        Entry("mobilenet_v3_small", "torchvision.models.mobilenet_v3_small()", 2_542_856, _mobilenet_v3_rules()),
         Entry("convnext_tiny", "torchvision.models.convnext_tiny()", 28_589_128, _convnext_rules()),
+        Entry("efficientnet_b0", "torchvision.models.efficientnet_b0()", 5_288_548, _efficientnet_rules()),
         Entry("swin_t", "torchvision.models.swin_t()", 28_288_354, _swin_rules()),
         Entry("densenet121", "torchvision.models.densenet121()", 7_978_856, _densenet_rules()),
     )
