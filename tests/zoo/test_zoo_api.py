@@ -25,6 +25,11 @@ ENTRIES = [
     "bert",
     "whisper_encoder",
     "t5_encoder",
+    "mobilenet_v3_small",
+    "convnext_tiny",
+    "efficientnet_b0",
+    "swin_t",
+    "densenet121",
 ]
 
 

@@ -258,6 +258,24 @@ CONFIGURATION = {
         *("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads", "relative_attention_num_buckets"),
         *("relative_attention_max_distance", "layer_norm_epsilon", "dropout_rate"),
     ],
+    "mobilenet_v3_small": ["width_mult", "num_classes", "dropout"],
+    "convnext_tiny": [
+        *("depths1", "depths2", "depths3", "depths4", "dims1", "dims2", "dims3", "dims4", "layer_scale"),
+        *("stochastic_depth_prob", "num_classes"),
+    ],
+    "efficientnet_b0": [
+        *("width_mult", "depth_mult", "stochastic_depth_prob", "dropout", "num_classes", "norm_eps"),
+        "norm_momentum",
+    ],
+    "swin_t": [
+        *("patch_size", "embed_dim", "depths1", "depths2", "depths3", "depths4", "num_heads1", "num_heads2"),
+        *("num_heads3", "num_heads4", "window_size", "mlp_ratio", "dropout", "attention_dropout"),
+        *("stochastic_depth_prob", "num_classes", "image_size"),
+    ],
+    "densenet121": [
+        *("growth_rate", "block_config1", "block_config2", "block_config3", "block_config4"),
+        *("num_init_features", "bn_size", "drop_rate", "num_classes"),
+    ],
 }
 
 
@@ -288,6 +306,11 @@ def test_every_entrys_configuration_is_listed_in_the_docs() -> None:
         ("bert", dict(num_hidden_layers=1, intermediate_size=32)),
         ("whisper_encoder", dict(max_source_positions=8, encoder_layers=1)),
         ("t5_encoder", dict(d_kv=8, num_heads=2)),
+        ("mobilenet_v3_small", dict(width_mult=0.5, num_classes=10)),
+        ("convnext_tiny", dict(depths3=2, dims1=16, dims2=32, dims3=64, dims4=128)),
+        ("efficientnet_b0", dict(width_mult=0.5, depth_mult=0.5)),
+        ("swin_t", dict(embed_dim=24, num_heads1=1, num_heads2=2, num_heads3=3, num_heads4=4, image_size=112)),
+        ("densenet121", dict(growth_rate=8, block_config3=4, num_init_features=16)),
     ],
 )
 def test_a_configured_entry_round_trips_through_dumps(name: str, overrides: dict[str, int]) -> None:

@@ -41,6 +41,16 @@ entry                        configuration
 ``t5_encoder``               ``vocab_size``, ``d_model``, ``d_kv``, ``d_ff``, ``num_layers``, ``num_heads``,
                              ``relative_attention_num_buckets``, ``relative_attention_max_distance``,
                              ``layer_norm_epsilon``, ``dropout_rate``; presets ``t5-small``, ``t5-base``
+``mobilenet_v3_small``       ``width_mult``, ``num_classes``, ``dropout``
+``convnext_tiny``            ``depths1`` .. ``depths4`` (blocks per stage), ``dims1`` .. ``dims4`` (widths),
+                             ``layer_scale``, ``stochastic_depth_prob``, ``num_classes``
+``efficientnet_b0``          ``width_mult``, ``depth_mult``, ``stochastic_depth_prob``, ``dropout``,
+                             ``num_classes``, ``norm_eps``, ``norm_momentum``
+``swin_t``                   ``patch_size``, ``embed_dim``, ``depths1`` .. ``depths4``, ``num_heads1`` ..
+                             ``num_heads4``, ``window_size``, ``mlp_ratio``, ``dropout``, ``attention_dropout``,
+                             ``stochastic_depth_prob``, ``num_classes``, ``image_size``
+``densenet121``              ``growth_rate``, ``block_config1`` .. ``block_config4`` (layers per block),
+                             ``num_init_features``, ``bn_size``, ``drop_rate``, ``num_classes``
 ============================ ==================================================================================
 
 The transformer entries default to small configurations that run fast on a CPU; ``preset`` selects a published
