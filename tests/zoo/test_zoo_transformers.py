@@ -294,3 +294,53 @@ def test_mistral_window_shorter_than_the_sequence_changes_the_output() -> None:
     full, _ = _pair(case, "sdpa", sliding_window=None)
     with torch.no_grad():
         assert not torch.allclose(_ours(windowed.eval(), inputs)[0], _ours(full.eval(), inputs)[0])
+
+
+# --- transformers folders (hndl.zoo.from_pretrained) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "bert"])
+def test_a_folder_written_by_save_pretrained_loads_through_from_pretrained(name: str, tmp_path: Any) -> None:
+    tf = require("transformers")
+    case = CASES[name]
+    params = dict(hndl.zoo.get(name).params)
+    torch.manual_seed(0)
+    reference = case.reference(tf, params, "sdpa").eval()
+    reference.save_pretrained(tmp_path)
+    model = hndl.zoo.from_pretrained(tmp_path)
+    inputs = case.inputs(2, 9, torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        for a, b in zip(_ours(model, inputs), case.outputs(reference, inputs), strict=True):
+            assert torch.equal(a, b), (a - b).abs().max()
+
+
+def test_llama3_frequency_scaling_comes_from_rope_parameters(tmp_path: Any) -> None:
+    tf = require("transformers")
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    }
+    params = dict(hndl.zoo.get("llama", rope_scaling=scaling, rope_theta=500000.0).params)
+    torch.manual_seed(0)
+    reference = llama_reference(tf, params, "sdpa").eval()
+    reference.save_pretrained(tmp_path)
+    model = hndl.zoo.from_pretrained(tmp_path)
+    inputs = CASES["llama"].inputs(1, 40, torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        assert torch.equal(_ours(model, inputs)[0], CASES["llama"].outputs(reference, inputs)[0])
+
+
+def test_a_bert_config_with_another_activation_is_refused(tmp_path: Any) -> None:
+    tf = require("transformers")
+    params = dict(hndl.zoo.get("bert").params)
+    reference = _bert(tf, params, "sdpa")
+    reference.config.hidden_act = "relu"
+    reference.save_pretrained(tmp_path)
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.zoo.from_pretrained(tmp_path)
+    problem = info.value.problems[0]
+    assert problem.code == "E_PARAM"
+    assert "'hidden_act' is 'relu'" in problem.message

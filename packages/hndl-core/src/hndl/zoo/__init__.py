@@ -267,8 +267,9 @@ def load_reference_state_dict(model: GraphModule, name: str, state_dict: Any) ->
 def from_pretrained(path: str | os.PathLike[str], **overrides: Any) -> GraphModule:
     """A transformers-style folder (``config.json`` and its weights) as the matching zoo model, offline.
 
-    ``config.json``'s ``model_type`` picks the entry (``gpt2`` -> ``zoo:gpt2``); its fields give the entry's
-    parameters (``n_layer``, ``n_embd``, ... under GPT2Config's names); the model is built and the weights
+    ``config.json``'s ``model_type`` picks the entry (``gpt2``, ``llama``, ``mistral``, ``bert`` -> the zoo entry
+    of that name); its fields give the entry's parameters (``n_layer``, ``n_embd``, ... under GPT2Config's names,
+    LlamaConfig's, MistralConfig's, BertConfig's); the model is built and the weights
     (``model.safetensors``, ``pytorch_model.bin``, or either sharded with its ``*.index.json``) are loaded with
     the hub key layout accepted, strictly. The model is returned in eval mode, as transformers returns it.
 

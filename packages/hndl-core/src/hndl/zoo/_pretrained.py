@@ -206,5 +206,105 @@ def _gpt2() -> Pretrained:
     )
 
 
+def _rope_theta(config: Mapping[str, Any]) -> Any:
+    """The rotary base: ``rope_theta`` (transformers 4), or inside ``rope_parameters`` (transformers 5)."""
+    if "rope_theta" in config:
+        return config["rope_theta"]
+    return (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+
+
+def _rope_scaling(config: Mapping[str, Any]) -> Any:
+    """The rotary frequency scaling as zoo:llama takes it (``rope_type`` and its settings), None for none:
+    ``rope_scaling`` (transformers 4) or ``rope_parameters`` without its base (transformers 5)."""
+    if config.get("rope_scaling") is not None:
+        return dict(config["rope_scaling"])
+    scaling = {k: v for k, v in (config.get("rope_parameters") or {}).items() if k != "rope_theta"}
+    return None if scaling.get("rope_type", "default") == "default" else scaling
+
+
+def _kv_heads(config: Mapping[str, Any]) -> Any:
+    # LlamaConfig's num_key_value_heads None means one key/value head per query head.
+    heads = config.get("num_key_value_heads")
+    return config.get("num_attention_heads") if heads is None else heads
+
+
+def _decoder(model_type: str, defaults: Mapping[str, Any], *extra: str) -> Pretrained:
+    """LLaMA and Mistral (``*ForCausalLM``): the config's names are zoo:llama's and zoo:mistral's."""
+    names = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+    params: dict[str, str | Callable[[Mapping[str, Any]], Any]] = {n: n for n in names}
+    params |= {"num_key_value_heads": _kv_heads, "head_dim": lambda c: c.get("head_dim"), "rope_theta": _rope_theta}
+    params |= {n: n for n in ("rms_norm_eps", "attention_dropout", *extra)}
+    if model_type == "llama":
+        params["rope_scaling"] = _rope_scaling
+    requires = (
+        Requirement("hidden_act", ("silu",), why="the SwiGLU MLP's SiLU"),
+        Requirement("tie_word_embeddings", (False,), why="the head is its own weight"),
+    )
+    if model_type == "llama":
+        requires += (Requirement("pretraining_tp", (1,), why="one slice per projection"),)
+    else:
+        requires += (Requirement("rope_scaling", (None,), why="zoo:mistral has no frequency scaling"),)
+    return Pretrained(model_type, model_type, params, defaults, requires)
+
+
+_DECODER_DEFAULTS = {
+    "vocab_size": 32000,
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "rms_norm_eps": 1e-6,
+    "attention_dropout": 0.0,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+}
+
+
+def _llama() -> Pretrained:
+    defaults = {**_DECODER_DEFAULTS, "intermediate_size": 11008, "attention_bias": False, "mlp_bias": False}
+    return _decoder("llama", {**defaults, "pretraining_tp": 1}, "attention_bias", "mlp_bias")
+
+
+def _mistral() -> Pretrained:
+    defaults = {**_DECODER_DEFAULTS, "intermediate_size": 14336, "num_key_value_heads": 8, "sliding_window": 4096}
+    return _decoder("mistral", defaults, "sliding_window")
+
+
+def _bert() -> Pretrained:
+    names = (
+        *("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"),
+        *("max_position_embeddings", "type_vocab_size", "pad_token_id", "layer_norm_eps", "hidden_dropout_prob"),
+        "attention_probs_dropout_prob",
+    )
+    return Pretrained(
+        "bert",
+        "bert",
+        params={n: n for n in names},
+        # BertConfig's defaults (bert-base).
+        defaults={
+            "vocab_size": 30522,
+            "hidden_size": 768,
+            "num_hidden_layers": 12,
+            "num_attention_heads": 12,
+            "intermediate_size": 3072,
+            "max_position_embeddings": 512,
+            "type_vocab_size": 2,
+            "pad_token_id": 0,
+            "layer_norm_eps": 1e-12,
+            "hidden_dropout_prob": 0.1,
+            "attention_probs_dropout_prob": 0.1,
+            "hidden_act": "gelu",
+            "position_embedding_type": "absolute",
+            "is_decoder": False,
+            "add_cross_attention": False,
+        },
+        requires=(
+            Requirement("hidden_act", ("gelu",), why="the feed-forward's exact GELU"),
+            Requirement("position_embedding_type", ("absolute",), why="learned absolute positions"),
+            Requirement("is_decoder", (False,), why="an encoder: no causal mask"),
+            Requirement("add_cross_attention", (False,), why="no cross-attention"),
+        ),
+    )
+
+
 #: The architectures :func:`hndl.zoo.from_pretrained` reads, by ``model_type``.
-PRETRAINED: dict[str, Pretrained] = {row.model_type: row for row in (_gpt2(),)}
+PRETRAINED: dict[str, Pretrained] = {row.model_type: row for row in (_gpt2(), _llama(), _mistral(), _bert())}
