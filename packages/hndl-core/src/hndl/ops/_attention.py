@@ -485,7 +485,13 @@ def _is_legacy(p: Params) -> bool:
         ),
         Port("positions", ["B", "T"], dtype="int64", when="position_ids", doc="each query's position, for rope"),
     ],
-    outputs=[Port("y", ["B", "T", "embed_dim"], dtype="same:x")],
+    outputs=[
+        Port("y", ["B", "T", "embed_dim"], dtype="same:x", doc="the attention's output (node.0 with past)"),
+        Port("keys", ["B", "Hkv", "S+T", "Dh"], dtype="same:x", doc="with past, node.1: the past and new keys"),
+        Port("values", ["B", "Hkv", "S+T", "Dh"], dtype="same:x", doc="with past, node.2: the past and new values"),
+        Port("new_keys", ["B", "Hkv", "T", "Dh"], dtype="same:x", doc="with past, node.3: the new tokens' keys"),
+        Port("new_values", ["B", "Hkv", "T", "Dh"], dtype="same:x", doc="with past, node.4: their values"),
+    ],
     infer=_attention_infer,
     count_outputs=_attention_outputs,
     module="hndl.torch.layers.SelfAttention or CrossAttention or Attention",
@@ -534,9 +540,21 @@ def attention(p: Params, inputs: Sequence[TensorType]) -> Any:
     with ``position_ids: true``, the last input ``[B, T]`` (rows with left padding start later).
     :func:`hndl.generate` drives it.
 
+    Growing cache. With ``past: true`` (causal self-attention only, not with ``cache``) two more inputs are the
+    keys and values of the ``S`` earlier tokens, ``past_k`` and ``past_v`` ``[B, kv_heads, S, head_dim]`` (``S``
+    may be 0: ``torch.zeros(B, kv_heads, 0, head_dim)`` before the prompt), and the node has five outputs:
+    ``node.0`` the attention's output, ``node.1`` and ``node.2`` the keys and values past and new concatenated,
+    ``[B, kv_heads, S+T, head_dim]`` (the next call's past; ``S+T`` is inferred), ``node.3`` and ``node.4`` the
+    ``T`` new ones alone ``[B, kv_heads, T, head_dim]`` (what a repeated block collects, cheaply, across its
+    layers). Query ``i`` sits at slot ``S+i``: it sees the past and the new tokens up to itself (with ``window``,
+    the ``window`` latest). The mask, if any, is over the ``S+T`` slots: ``[B, S+T]`` padding. Rotary positions
+    are ``S .. S+T-1``, or the ``position_ids`` input. Nothing is written in place; the concatenation copies
+    the past once per call, as transformers' dynamic cache does. ``S`` and ``T`` are symbols, so one validation
+    serves every step.
+
     A node that uses none of ``kv_heads``, ``head_dim``, ``fused: false``, a partial ``bias``, ``scale``,
-    ``rope``, ``window``, ``score_bias``, ``cache`` and ``position_ids`` builds the layer of earlier releases (``SelfAttention`` or
-    ``CrossAttention``), with the same state_dict keys.
+    ``rope``, ``window``, ``score_bias``, ``cache``, ``past`` and ``position_ids`` builds the layer of earlier
+    releases (``SelfAttention`` or ``CrossAttention``), with the same state_dict keys.
     """
     from ..torch.layers import Attention, CrossAttention, SelfAttention
 
