@@ -265,3 +265,53 @@ def test_the_declared_output_ports_agree_with_inference_with_a_past() -> None:
     assert [str(t) for t in declared] == [str(t) for t in node.out_types]
     assert hndl.registry.find("attention").output_names(node.params) == ["0", "1", "2", "3", "4"]
     assert hndl.registry.find("attention").output_names({"past": False}) == ["y"]
+
+
+# --- torch.compile --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["static", "grow"])
+def test_the_cached_variants_trace_without_a_graph_break(kind: str) -> None:
+    dynamo = pytest.importorskip("torch._dynamo")
+    dynamo.reset()
+    model = hndl.build(hndl.zoo.get("llama", kv_cache=kind)).eval()
+    layout = cache_layout(model)
+    ids = torch.randint(0, 100, (2, 5))
+    positions = torch.arange(5).expand(2, 5)
+    if kind == "static":
+        cache = torch.zeros(layout.shape(2, 8))
+        args = (ids, positions, torch.ones(2, 8, dtype=torch.bool), torch.tensor(0), cache, cache.clone())
+    else:
+        past = torch.zeros(layout.shape(2, 3))
+        args = (ids, positions, torch.ones(2, 8, dtype=torch.bool), past, past.clone())
+    with torch.no_grad():
+        explanation = dynamo.explain(model)(*args)
+    dynamo.reset()
+    assert explanation.graph_break_count == 0, [str(b.reason) for b in explanation.break_reasons]
+
+
+def test_generate_with_a_compiled_static_variant_gives_the_eager_tokens() -> None:
+    # aot_eager: Dynamo and AOTAutograd without generating C++ (Inductor is what the benchmark times).
+    dynamo = pytest.importorskip("torch._dynamo")
+    dynamo.reset()
+    torch.manual_seed(0)
+    model = hndl.build(hndl.zoo.get("gpt2", **GPT2_SMALL)).eval()
+    ids = torch.randint(0, 100, (1, 5))
+    compiled = torch.compile(with_kv_cache(model), backend="aot_eager")
+    try:
+        assert torch.equal(hndl.generate(compiled, ids, 4), hndl.generate(model, ids, 4))
+    finally:
+        dynamo.reset()
+
+
+def test_one_query_without_a_mask_sees_every_past_key() -> None:
+    # A decoding step without a mask: the single query is the last slot (no causal pattern cuts it to key 0).
+    torch.manual_seed(2)
+    plain = hndl.build(plain_graph()).eval()
+    grow = hndl.build(grow_graph()).eval()
+    grow.load_state_dict(plain.state_dict())
+    x = torch.randn(1, 4, 32)
+    with torch.no_grad():
+        _, k, v = grow(x[:, :3], torch.zeros(1, 2, 0, 8), torch.zeros(1, 2, 0, 8))
+        last, _, _ = grow(x[:, 3:], k, v)
+        torch.testing.assert_close(last[:, 0], plain(x)[:, 3], atol=1e-5, rtol=1e-5)

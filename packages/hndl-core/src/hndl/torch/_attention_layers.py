@@ -520,13 +520,16 @@ class Attention(nn.Module):
             # Query i sits at slot s + i. With a bool mask the offset also lets a padded query see its own slot
             # (see _combine); with neither a past nor a mask the plain causal pattern is SDPA's is_causal.
             offset = s if (s or mask is not None) else None
+            causal = self.causal
+            if s and t == 1 and mask is None and bias is None and self.window is None:
+                causal, offset = False, None  # one query, at the last slot: it sees every key, no pattern needed
             y = attend(
                 q,
                 k,
                 v,
                 mask,
                 bias,
-                causal=self.causal,
+                causal=causal,
                 window=self.window,
                 scale=self.scale,
                 dropout=self.dropout if self.training else 0.0,

@@ -125,7 +125,8 @@ def spec_text(name: str) -> str:
     return resources.files(__name__).joinpath("specs", f"{name}.yaml").read_text(encoding="utf-8")
 
 
-#: The entries with a static key/value cache variant (``get(name, kv_cache=True)``): the decoders.
+#: The entries with key/value cache variants (``get(name, kv_cache=True)``, static; ``kv_cache="grow"``): the
+#: decoders.
 KV_CACHE_ENTRIES = ("gpt2", "llama", "mistral")
 
 
