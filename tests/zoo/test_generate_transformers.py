@@ -1,6 +1,6 @@
 """``hndl.generate`` against transformers' ``generate(do_sample=False)`` with the same weights: zoo:gpt2,
-zoo:llama and zoo:mistral at small configurations, single prompts and left-padded batches, tokens equal
-(``torch.equal``). transformers does not import beside the default sessions' torch everywhere; these skip there
+zoo:llama and zoo:mistral at small configurations, single prompts and left-padded batches, with the static
+cache and the growing one (``kv_cache="grow"``), tokens equal (``torch.equal``). transformers does not import beside the default sessions' torch everywhere; these skip there
 and run in `nox -s reference`.
 """
 
@@ -62,16 +62,18 @@ def _reference_greedy(reference: Any, ids: Any, mask: Any) -> Any:
         )
 
 
+@pytest.mark.parametrize("kv_cache", ["static", "grow"])
 @pytest.mark.parametrize("name", ["gpt2", "llama", "mistral"])
-def test_greedy_tokens_equal_transformers_for_one_prompt(name: str) -> None:
+def test_greedy_tokens_equal_transformers_for_one_prompt(name: str, kv_cache: str) -> None:
     model, reference = _pair(name)
     ids = torch.randint(3, 100, (1, 9), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
-    assert torch.equal(hndl.generate(model, ids, NEW), _reference_greedy(reference, ids, mask))
+    assert torch.equal(hndl.generate(model, ids, NEW, kv_cache=kv_cache), _reference_greedy(reference, ids, mask))
 
 
+@pytest.mark.parametrize("kv_cache", ["static", "grow"])
 @pytest.mark.parametrize("name", ["gpt2", "llama", "mistral"])
-def test_greedy_tokens_equal_transformers_for_a_left_padded_batch(name: str) -> None:
+def test_greedy_tokens_equal_transformers_for_a_left_padded_batch(name: str, kv_cache: str) -> None:
     model, reference = _pair(name)
     gen = torch.Generator().manual_seed(2)
     ids = torch.randint(3, 100, (3, 8), generator=gen)
@@ -79,5 +81,5 @@ def test_greedy_tokens_equal_transformers_for_a_left_padded_batch(name: str) -> 
     mask[1, :3] = 0
     mask[2, :5] = 0
     ids = ids.masked_fill(mask == 0, PAD)
-    ours = hndl.generate(model, ids, NEW, attention_mask=mask, pad_token_id=PAD)
+    ours = hndl.generate(model, ids, NEW, attention_mask=mask, pad_token_id=PAD, kv_cache=kv_cache)
     assert torch.equal(ours, _reference_greedy(reference, ids, mask))

@@ -294,13 +294,14 @@ def generate(
     generator: torch.Generator | None = None,
     seed: int | None = None,
     max_length: int | None = None,
+    kv_cache: str = "static",
 ) -> torch.Tensor:
     """Continue each prompt of ``input_ids`` ``[B, T]`` (int64, left-padded where ``attention_mask`` is false) by
-    up to ``max_new_tokens`` tokens with a static key/value cache: greedy, or sampled with ``temperature``,
+    up to ``max_new_tokens`` tokens with a key/value cache: greedy, or sampled with ``temperature``,
     ``top_k``, ``top_p`` from ``generator`` (or a fresh one seeded with ``seed``); a row ends at ``eos_token_id``
     and is filled with ``pad_token_id`` after it; ``max_length`` bounds prompt plus new tokens. ``model``: a zoo
-    decoder (gpt2, llama, mistral) built plain or with ``kv_cache=True``, or any graph with the cache interface.
-    Returns ``[B, T + n]`` int64. See :func:`hndl.generation.generate` and docs/generation.md.
+    decoder (gpt2, llama, mistral) built plain (its variant made with ``kv_cache``: ``"static"`` or ``"grow"``) or
+    with ``kv_cache=True`` or ``"grow"``, or any graph with a cache interface. Returns ``[B, T + n]`` int64. See :func:`hndl.generation.generate` and docs/generation.md.
 
     Raises:
         HndlError: E_INPUT for ids of another dtype or outside the vocabulary, a prompt longer than the model's
@@ -322,6 +323,7 @@ def generate(
         generator=generator,
         seed=seed,
         max_length=max_length,
+        kv_cache=kv_cache,
     )
 
 

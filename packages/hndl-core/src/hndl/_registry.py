@@ -381,8 +381,11 @@ class OpDef:
 
     def output_names(self, params: Mapping[str, Any]) -> list[str]:
         count = self.output_count(params)
-        # A single output keeps its port's name even when the count is computed (module with one output: 'y').
-        if len(self.outputs) == count and (self.count_outputs is None or count == 1):
+        # A single output keeps its first port's name even when the count is computed (module with one output:
+        # 'y'; attention without a growing cache, whose other ports are outputs only with past: true).
+        if count == 1 and self.outputs:
+            return [self.outputs[0].name]
+        if len(self.outputs) == count and self.count_outputs is None:
             return [p.name for p in self.outputs]
         return [str(i) for i in range(count)]
 

@@ -89,7 +89,10 @@ class Summary:
         cache_bytes: for a model with the key/value cache interface (inputs ``cache_k`` and ``cache_v``, what
             ``hndl.zoo.get(name, kv_cache=True)`` builds), the bytes of the two caches in the model's floating
             dtype: ``summary(model, B=8, M=256)`` is what ``hndl.generate`` allocates for 8 rows of 256 tokens
-            (prompt and new); ``int``, or expression text while ``B`` or ``M`` is unbound. ``None`` otherwise.
+            (prompt and new); ``int``, or expression text while ``B`` or ``M`` is unbound. For a model with the
+            growing cache interface (inputs ``past_k`` and ``past_v``, ``kv_cache="grow"``), the bytes of the
+            cache it returns, ``present_k`` and ``present_v`` at ``S+T`` slots: ``summary(model, B=8, S=255,
+            T=1)`` is the cache after the last step of 128 + 128 tokens. ``None`` otherwise.
     """
 
     name: str
@@ -108,6 +111,8 @@ class Summary:
     unbound: tuple[str, ...] = ()
     training: TrainingMemory | None = None
     cache_bytes: int | str | None = None
+    #: What ``cache_bytes`` counts: the inputs ``cache_k``, ``cache_v`` or the outputs ``present_k``, ``present_v``.
+    cache_names: tuple[str, ...] = ()
 
     @property
     def total_params(self) -> int:
@@ -185,9 +190,8 @@ class Summary:
             tail += [(name if i == 0 else "").ljust(label) + line for i, line in enumerate(lines)]
         if self.cache_bytes is not None:
             unit = "bytes" if isinstance(self.cache_bytes, str) else "B"
-            tail.append(
-                "kv cache:".ljust(label) + _amount(self.cache_bytes, long=True, unit=unit) + " (cache_k, cache_v)"
-            )
+            names = ", ".join(self.cache_names or _CACHE_INPUTS)
+            tail.append("kv cache:".ljust(label) + _amount(self.cache_bytes, long=True, unit=unit) + f" ({names})")
         if self.unbound and (isinstance(self.macs, str) or isinstance(self.activation_bytes, str)):
             given = [f"{k}={v}" for k, v in self.dims.items()]
             wanted = [*given, *(f"{name}=..." for name in self.unbound)]
@@ -290,11 +294,20 @@ def summary(
         unbound=unbound,
         training=training,
         cache_bytes=_cache_bytes(model, checked, env, params),
+        cache_names=_PRESENT_OUTPUTS if _grows(checked) else _CACHE_INPUTS,
     )
 
 
 #: The inputs that hold a key/value cache in the cache interface (hndl.generation).
 _CACHE_INPUTS = ("cache_k", "cache_v")
+#: The inputs of the growing cache interface, and the outputs that return it grown.
+_PAST_INPUTS = ("past_k", "past_v")
+_PRESENT_OUTPUTS = ("present_k", "present_v")
+
+
+def _grows(checked: CheckedGraph) -> bool:
+    """Whether the graph has the growing cache interface's inputs (``past_k``, ``past_v``)."""
+    return all(name in checked.input_names for name in _PAST_INPUTS)
 
 
 def _cache_bytes(model: Any, checked: CheckedGraph, env: Mapping[str, Any], params: Any) -> int | str | None:
@@ -304,11 +317,22 @@ def _cache_bytes(model: Any, checked: CheckedGraph, env: Mapping[str, Any], para
     null) is bound from the model's cached attention layers, which know it."""
     shapes = {n: checked.types[v].shape for n, v in zip(checked.input_names, checked.input_ids)}
     found = [shapes.get(name) for name in _CACHE_INPUTS]
+    if _grows(checked):
+        # A growing cache: what the model returns, past and new (the outputs named present_k and present_v).
+        outputs = {checked.graph.output_name(i): v for i, v in enumerate(checked.output_ids)}
+        found = [checked.types[outputs[name]].shape if name in outputs else None for name in _PRESENT_OUTPUTS]
     cache_shapes = [shape for shape in found if shape is not None]
     if len(cache_shapes) != len(_CACHE_INPUTS):
         return None
     size = next((p.element_size() for p in params if p.is_floating_point()), 4)
-    layer = next((m for m in model.modules() if getattr(m, "cache", False) is True and hasattr(m, "head_dim")), None)
+    layer = next(
+        (
+            m
+            for m in model.modules()
+            if (getattr(m, "cache", False) is True or getattr(m, "past", False) is True) and hasattr(m, "head_dim")
+        ),
+        None,
+    )
     env = dict(env)
     for shape in cache_shapes:
         if layer is not None and len(shape) == 5:

@@ -1,5 +1,6 @@
-"""``hndl.generate``: the decoding loop over a model with the static key/value cache, after checking the
-arguments once (each refusal an ``E_INPUT`` that says what was expected)."""
+"""``hndl.generate``: the decoding loop over a model with a key/value cache (static, written in place, or
+growing, returned by each call), after checking the arguments once (each refusal an ``E_INPUT`` that says what
+was expected)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from torch import Tensor
 
 from .._errors import HndlError, Problem
-from ._interface import cache_layout, model_limits, with_kv_cache
+from ._interface import cache_kind, cache_layout, model_limits, with_kv_cache
 from ._sampling import next_tokens
 
 if TYPE_CHECKING:
@@ -123,16 +124,19 @@ def generate(
     generator: torch.Generator | None = None,
     seed: int | None = None,
     max_length: int | None = None,
+    kv_cache: str = "static",
 ) -> Tensor:
-    """Continue each prompt of ``input_ids`` by up to ``max_new_tokens`` tokens, with a static key/value cache.
+    """Continue each prompt of ``input_ids`` by up to ``max_new_tokens`` tokens, with a key/value cache.
 
     The prompts run in one call (the prefill), then one call per new token, each attending to the cache; every
     call after the first takes the model's fast path (one full validation per dtype and device). The model runs
     in eval mode (no dropout) and is put back in its mode afterwards; no gradient is recorded.
 
     Args:
-        model: a built decoder with the cache interface (``hndl.build(hndl.zoo.get("gpt2", kv_cache=True))``),
-            or a built plain zoo decoder (gpt2, llama, mistral), whose cached variant is made with its weights
+        model: a built decoder with a cache interface, static (``hndl.build(hndl.zoo.get("gpt2",
+            kv_cache=True))``: a cache of prompt plus new tokens, written in place) or growing
+            (``kv_cache="grow"``: each call returns the past and new keys and values, the next call's past), or a
+            built plain zoo decoder (gpt2, llama, mistral), whose cached variant is made with its weights
             (:func:`hndl.generation.with_kv_cache`).
         input_ids: ``[B, T]`` int64 prompts; prompts of different lengths are left-padded (pad on the left,
             ``attention_mask`` false there).
@@ -149,6 +153,8 @@ def generate(
         generator: the random source of sampling (reproducible with a seeded generator).
         seed: a seed for a fresh generator on the model's device, when no ``generator`` is given.
         max_length: a bound on prompt plus new tokens.
+        kv_cache: for a plain zoo decoder, the variant to make: ``"static"`` or ``"grow"`` (a model with a cache
+            interface is run as it is).
 
     Returns:
         ``[B, T + n]`` int64: the prompts and the ``n <= max_new_tokens`` new tokens.
@@ -158,7 +164,8 @@ def generate(
             prompt and new tokens) longer than the model's positions, an attention mask that does not match,
             bad sampling settings, or a model with neither the cache interface nor a zoo decoder's variant.
     """
-    cached = with_kv_cache(model)
+    cached = with_kv_cache(model, kv_cache)
+    grows = cache_kind(cached) == "grow"
     vocab, positions = model_limits(cached)
     _check_ids(input_ids, vocab)
     padding = _check_mask(attention_mask, input_ids)
@@ -173,7 +180,11 @@ def generate(
 
     layout = cache_layout(cached)
     total = prompt + new
-    cache_k = torch.zeros(layout.shape(batch, total), dtype=layout.dtype, device=device)
+    if grows:
+        # A growing cache starts empty (S = 0) and comes back from each call one step longer.
+        cache_k = torch.zeros(layout.shape(batch, 0), dtype=layout.dtype, device=device)
+    else:
+        cache_k = torch.zeros(layout.shape(batch, total), dtype=layout.dtype, device=device)
     cache_v = torch.zeros_like(cache_k)
     slots = torch.ones(batch, total, dtype=torch.bool, device=device)
     slots[:, :prompt] = padding
@@ -189,14 +200,23 @@ def generate(
     try:
         with torch.no_grad():
             for _ in range(new):
-                step = {
-                    "position_ids": step_positions,
-                    "attention_mask": slots,
-                    "offset": torch.tensor(offset, device=device),
-                    "cache_k": cache_k,
-                    "cache_v": cache_v,
-                }
-                logits = cached(step_ids, *(step[name] for name in order))
+                if grows:
+                    step = {
+                        "position_ids": step_positions,
+                        "attention_mask": slots[:, : offset + step_ids.shape[1]],
+                        "past_k": cache_k,
+                        "past_v": cache_v,
+                    }
+                    logits, cache_k, cache_v = cached(step_ids, *(step[name] for name in order))
+                else:
+                    step = {
+                        "position_ids": step_positions,
+                        "attention_mask": slots,
+                        "offset": torch.tensor(offset, device=device),
+                        "cache_k": cache_k,
+                        "cache_v": cache_v,
+                    }
+                    logits = cached(step_ids, *(step[name] for name in order))
                 token = next_tokens(
                     logits if logits.dim() == 2 else logits[:, -1],  # [B, vocab]: the last token's only
                     do_sample=do_sample,

@@ -15,20 +15,32 @@ from .._errors import HndlError, Problem
 if TYPE_CHECKING:
     from ..torch import GraphModule
 
-__all__ = ["CACHE_INPUTS", "CacheLayout", "cache_layout", "model_limits", "token_input", "with_kv_cache"]
+__all__ = [
+    "CACHE_INPUTS",
+    "GROW_INPUTS",
+    "CacheLayout",
+    "cache_kind",
+    "cache_layout",
+    "model_limits",
+    "token_input",
+    "with_kv_cache",
+]
 
-#: The inputs of the cache interface besides the token ids (the graph's first input), by name.
+#: The inputs of the (static) cache interface besides the token ids (the graph's first input), by name.
 CACHE_INPUTS = ("position_ids", "attention_mask", "offset", "cache_k", "cache_v")
+#: The inputs of the growing cache interface besides the token ids; its outputs are the logits, ``present_k`` and
+#: ``present_v``.
+GROW_INPUTS = ("position_ids", "attention_mask", "past_k", "past_v")
 
 # The cached variant of each plain model generate() was given, kept while the plain model lives and rebuilt
 # when its weights are other tensors (`.to()`, a new load with assign). Keyed weakly: it never keeps a model alive.
-_TWINS: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], GraphModule]] = weakref.WeakKeyDictionary()
+_TWINS: weakref.WeakKeyDictionary[Any, dict[str, tuple[tuple[Any, ...], GraphModule]]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
 class CacheLayout:
-    """The static key/value cache of a model with the cache interface: ``cache_k`` and ``cache_v`` are each
-    ``[layers, B, kv_heads, max_length, head_dim]`` of ``dtype``."""
+    """The key/value cache of a model with the cache interface: ``cache_k`` and ``cache_v`` (static) or
+    ``past_k`` and ``past_v`` (growing) are each ``[layers, B, kv_heads, length, head_dim]`` of ``dtype``."""
 
     layers: int
     kv_heads: int
@@ -44,9 +56,20 @@ class CacheLayout:
         return 2 * layers * b * heads * m * d * torch.empty((), dtype=self.dtype).element_size()
 
 
-def has_cache_interface(model: GraphModule) -> bool:
+def cache_kind(model: GraphModule) -> str | None:
+    """``"static"`` for a model with the static cache interface, ``"grow"`` for the growing one (its three
+    outputs: logits, ``present_k``, ``present_v``), ``None`` for neither."""
     names = list(model.graph.inputs)
-    return len(names) == 1 + len(CACHE_INPUTS) and set(names[1:]) == set(CACHE_INPUTS)
+    for kind, wanted in (("static", CACHE_INPUTS), ("grow", GROW_INPUTS)):
+        if len(names) == 1 + len(wanted) and set(names[1:]) == set(wanted):
+            if kind == "grow" and len(model.graph.outputs) != 3:
+                return None
+            return kind
+    return None
+
+
+def has_cache_interface(model: GraphModule) -> bool:
+    return cache_kind(model) is not None
 
 
 def token_input(model: GraphModule) -> str:
@@ -63,13 +86,15 @@ def cache_layout(model: GraphModule) -> CacheLayout:
     from ..torch.layers import Attention
 
     require_cache_interface(model)
-    layers = [m for m in model.modules() if isinstance(m, Attention) and m.cache]
+    grows = cache_kind(model) == "grow"
+    layers = [m for m in model.modules() if isinstance(m, Attention) and (m.past if grows else m.cache)]
     if not layers:
+        flag, inputs = ("past", "past_k and past_v") if grows else ("cache", "cache_k and cache_v")
         raise HndlError(
             Problem(
                 "E_INPUT",
-                f"model '{model.graph.name}' has the cache inputs and no attention node with cache: true",
-                expected="attention nodes with cache: true reading cache_k and cache_v",
+                f"model '{model.graph.name}' has the cache inputs and no attention node with {flag}: true",
+                expected=f"attention nodes with {flag}: true reading {inputs}",
                 actual="none",
             )
         )
@@ -83,7 +108,11 @@ def require_cache_interface(model: GraphModule) -> None:
             Problem(
                 "E_INPUT",
                 f"model '{model.graph.name}' has no key/value cache interface",
-                expected="inputs: token ids, then " + ", ".join(CACHE_INPUTS),
+                expected="inputs: token ids, then "
+                + ", ".join(CACHE_INPUTS)
+                + " (static), or "
+                + ", ".join(GROW_INPUTS)
+                + " (growing)",
                 actual="inputs: " + ", ".join(model.graph.inputs),
                 hint="build the zoo's variant: hndl.build(hndl.zoo.get(name, kv_cache=True)); or pass a built zoo "
                 "decoder (gpt2, llama, mistral) to hndl.generate, which makes that variant with its weights",
@@ -109,12 +138,14 @@ def _fingerprint(model: GraphModule) -> tuple[Any, ...]:
     return tuple((name, t.data_ptr(), t.dtype, t.device) for name, t in model.state_dict(keep_vars=True).items())
 
 
-def with_kv_cache(model: GraphModule) -> GraphModule:
-    """``model`` itself if it has the cache interface; for a built plain zoo decoder (gpt2, llama, mistral), its
-    variant with a static key/value cache (``hndl.zoo.get(name, kv_cache=True)`` with the model's
-    configuration), holding the same weight tensors (no copy: a weight changed in place is seen by both).
+def with_kv_cache(model: GraphModule, kind: str = "static") -> GraphModule:
+    """``model`` itself if it has a cache interface; for a built plain zoo decoder (gpt2, llama, mistral), its
+    variant with a key/value cache (``hndl.zoo.get(name, kv_cache=kind)`` with the model's configuration:
+    ``"static"`` or ``"grow"``), holding the same weight tensors (no copy: a weight changed in place is seen by
+    both).
 
-    The variant is remembered while ``model`` lives and rebuilt when its weights become other tensors.
+    The variant is remembered (one per kind) while ``model`` lives and rebuilt when its weights become other
+    tensors.
 
     Raises:
         HndlError: E_INPUT for a model that has neither the interface nor a zoo decoder's variant.
@@ -127,11 +158,13 @@ def with_kv_cache(model: GraphModule) -> GraphModule:
     name = model.graph.name
     if name not in zoo.KV_CACHE_ENTRIES or list(model.graph.inputs) != list(zoo.get(name).inputs):
         require_cache_interface(model)
-    fingerprint = _fingerprint(model)
-    known = _TWINS.get(model)
+    if kind not in zoo.KV_CACHE_KINDS:
+        zoo.kv_cache_spec_text(name, kind)  # E_PARAM naming the kinds
+    fingerprint = (_fingerprint(model), kind)
+    known = _TWINS.get(model, {}).get(kind)
     if known is not None and known[0] == fingerprint:
         return known[1]
-    graph = zoo.get(name, kv_cache=True, **model.graph.params)
+    graph = zoo.get(name, kv_cache=kind, **model.graph.params)
     twin = build_on_meta(graph)
     floating = next((t.dtype for t in model.parameters() if t.is_floating_point()), None)
     if floating is not None:
@@ -146,5 +179,5 @@ def with_kv_cache(model: GraphModule) -> GraphModule:
             owner, _, leaf = full_name.rpartition(".")
             twin.get_submodule(owner).register_buffer(leaf, model.get_buffer(full_name), persistent=False)
     twin.train(model.training)
-    _TWINS[model] = (fingerprint, twin)
+    _TWINS.setdefault(model, {})[kind] = (fingerprint, twin)
     return twin

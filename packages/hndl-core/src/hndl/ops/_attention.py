@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._contracts import TensorType, dtype_satisfies, format_shape
-from .._dims import Dim
+from .._dims import Dim, dim_add
 from .._param_types import ParamType, describe_value, excerpt
 from .._registry import InferError, Param, Params, Port, op
 from ._common import broadcast_shapes, open_at
@@ -159,7 +159,7 @@ def projection_bias(value: Any) -> tuple[str, ...]:
 
 def _attention_inputs(p: Params, inputs: Sequence[TensorType]) -> tuple[TensorType | None, TensorType | None]:
     """The ``kv`` and ``score_bias`` inputs of an attention node, by the ports its parameters open."""
-    tail = 3 * int(p.cache) + int(p.position_ids)
+    tail = 3 * int(p.cache) + 2 * int(p.past) + int(p.position_ids)
     body = inputs[: len(inputs) - tail]
     extra = len(body) - 1 - int(p.masked) - int(p.score_bias)
     kv = body[1] if extra == 1 else None
@@ -205,6 +205,81 @@ def _check_cache(p: Params, inputs: Sequence[TensorType], kv_heads: int, head_di
                 )
 
 
+def _past_of(p: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, TensorType]:
+    """The ``past_k`` and ``past_v`` inputs of a node with ``past: true``."""
+    at = len(inputs) - 2 - int(p.position_ids)
+    return inputs[at], inputs[at + 1]
+
+
+def _check_past(p: Params, inputs: Sequence[TensorType], kv_heads: int, head_dim: int) -> None:
+    """A growing key/value cache: ``past_k`` and ``past_v`` ``[B, kv_heads, S, head_dim]`` (``S`` may be 0; their
+    ``B`` and ``S`` agree through the port patterns); only for causal self-attention, and not with ``cache``."""
+    if not p.past:
+        return
+    if p.cache:
+        raise InferError(
+            "cache and past are both true: a node has one key/value cache, static or growing",
+            code="E_PARAM",
+            param="past",
+            expected="cache: true (a static cache written in place) or past: true (a growing one), not both",
+            actual=True,
+            hint="a static cache preallocates max_length slots; a growing one returns past and new concatenated",
+        )
+    if not p.causal:
+        raise InferError(
+            "past is true and causal is false",
+            code="E_PARAM",
+            param="past",
+            expected="causal: true with a past (each new token attends to the past ones and itself)",
+            actual=p.past,
+            hint="set causal: true, and pass the padding mask [B, S+T] over the past and new slots as the mask",
+        )
+    kv, _ = _attention_inputs(p, inputs)
+    if kv is not None:
+        raise InferError(
+            "a growing key/value cache is for self-attention, and this node has a kv input",
+            code="E_PARAM",
+            param="past",
+            expected="no kv input with past: true",
+            actual="a kv input",
+        )
+    for port, past in zip(("past_k", "past_v"), _past_of(p, inputs)):
+        shape = past.shape
+        if shape is None or open_at(shape) is not None or len(shape) != 4:
+            continue
+        for axis, what, want in ((1, "key/value heads", kv_heads), (3, "head dim", head_dim)):
+            if isinstance(shape[axis], int) and shape[axis] != want:
+                raise InferError(
+                    f"the {port} {format_shape(shape)} has {shape[axis]} as its {what}, and the node has {want}",
+                    port=port,
+                    expected=f"[B, {kv_heads}, S, {head_dim}] ([B, kv_heads, S, head_dim])",
+                    actual=format_shape(shape),
+                    hint="the past keys and values are an earlier call's node.1 and node.2: "
+                    "[B, kv_heads, S, head_dim], S = 0 before the first call",
+                )
+
+
+def _past_outputs(
+    p: Params, x: TensorType, inputs: Sequence[TensorType], kv_heads: int, head_dim: int
+) -> list[TensorType]:
+    """The outputs of a node with ``past: true``: ``y``, the keys and values past and new ``[B, kv_heads, S+T,
+    head_dim]``, and the new tokens' own ``[B, kv_heads, T, head_dim]``."""
+    past_k, past_v = _past_of(p, inputs)
+    batch = length = total = None
+    if x.shape is not None and open_at(x.shape) is None and len(x.shape) == 3:
+        batch, length = x.shape[0], x.shape[1]
+    for past in (past_k, past_v):
+        if past.shape is not None and open_at(past.shape) is None and len(past.shape) == 4 and length is not None:
+            total = dim_add(past.shape[2], length)
+            break
+    if batch is None or total is None:
+        unknown = TensorType(None, x.dtype)
+        return [x, unknown, unknown, unknown, unknown]
+    full = TensorType((batch, kv_heads, total, head_dim), x.dtype)
+    new = TensorType((batch, kv_heads, length, head_dim), x.dtype)
+    return [x, full, full, new, new]
+
+
 def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     if p.head_dim is None and p.embed_dim % p.num_heads:
         raise InferError(
@@ -243,6 +318,7 @@ def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
         )
     _check_window(p)
     _check_cache(p, inputs, kv_heads, head_dim)
+    _check_past(p, inputs, kv_heads, head_dim)
     x = inputs[0]
     kv, bias = _attention_inputs(p, inputs)
     if kv is not None and kv.shape is not None and open_at(kv.shape) is None and not isinstance(kv.shape[2], int):
@@ -261,11 +337,21 @@ def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
             cache = inputs[len(inputs) - 3 - int(p.position_ids)].shape
             # With a cache the keys are its M slots, the new tokens' written among them.
             scores = None if cache is None or open_at(cache) is not None else (*scores[:3], cache[2])
+    outputs = _past_outputs(p, x, inputs, kv_heads, head_dim) if p.past else [x]
+    if p.past and scores is not None:
+        # With a past the keys are its S slots and the T new ones, in that order.
+        total = outputs[1].shape
+        scores = None if total is None else (*scores[:3], total[2])
     if p.masked:
         check_mask(inputs[1 + int(kv is not None)], scores)
     if bias is not None:
         check_mask(bias, scores, port="score_bias", additive=True)
-    return [x]
+    return outputs
+
+
+def _attention_outputs(p: Mapping[str, Any]) -> int:
+    """One output, or five with a growing cache (``past``): y, keys, values, new keys, new values."""
+    return 5 if p.get("past") is True else 1
 
 
 def _is_legacy(p: Params) -> bool:
@@ -282,6 +368,7 @@ def _is_legacy(p: Params) -> bool:
         and p.window is None
         and not p.score_bias
         and not p.cache
+        and not p.past
         and not p.position_ids
     )
 
@@ -345,11 +432,19 @@ def _is_legacy(p: Params) -> bool:
             "keys and values written into them in place at slots offset .. offset+T-1",
         ),
         Param(
+            "past",
+            "bool",
+            default=False,
+            doc="a growing key/value cache: inputs past_k, past_v [B, kv_heads, S, head_dim] (S may be 0); "
+            "outputs y, the keys and values past and new [B, kv_heads, S+T, head_dim] (node.1, node.2) and the new "
+            "ones alone [B, kv_heads, T, head_dim] (node.3, node.4)",
+        ),
+        Param(
             "position_ids",
             "bool",
             default=False,
             doc="the last input gives each query's position [B, T] for rope (left-padded rows); otherwise the "
-            "positions are offset .. offset+T-1",
+            "positions are offset .. offset+T-1 (with past: S .. S+T-1)",
         ),
     ],
     inputs=[
@@ -378,17 +473,35 @@ def _is_legacy(p: Params) -> bool:
         ),
         Port("cache_v", ["B", "Hkv", "M", "Dh"], dtype="same:x", when="cache", doc="the cached values, as cache_k"),
         Port("offset", [], dtype="int64", when="cache", doc="0-d: the cache slot of the first of the T new tokens"),
+        Port(
+            "past_k",
+            ["B", "Hkv", "S", "Dh"],
+            dtype="same:x",
+            when="past",
+            doc="the keys of the S earlier tokens (S may be 0): an earlier call's node.1",
+        ),
+        Port(
+            "past_v", ["B", "Hkv", "S", "Dh"], dtype="same:x", when="past", doc="their values: an earlier call's node.2"
+        ),
         Port("positions", ["B", "T"], dtype="int64", when="position_ids", doc="each query's position, for rope"),
     ],
-    outputs=[Port("y", ["B", "T", "embed_dim"], dtype="same:x")],
+    outputs=[
+        Port("y", ["B", "T", "embed_dim"], dtype="same:x", doc="the attention's output (node.0 with past)"),
+        Port("keys", ["B", "Hkv", "S+T", "Dh"], dtype="same:x", doc="with past, node.1: the past and new keys"),
+        Port("values", ["B", "Hkv", "S+T", "Dh"], dtype="same:x", doc="with past, node.2: the past and new values"),
+        Port("new_keys", ["B", "Hkv", "T", "Dh"], dtype="same:x", doc="with past, node.3: the new tokens' keys"),
+        Port("new_values", ["B", "Hkv", "T", "Dh"], dtype="same:x", doc="with past, node.4: their values"),
+    ],
     infer=_attention_infer,
+    count_outputs=_attention_outputs,
     module="hndl.torch.layers.SelfAttention or CrossAttention or Attention",
     inference=(
         "num_heads must divide embed_dim unless head_dim is given; kv_heads must divide num_heads; kdim (the kv "
         "input's width) must be an int; the mask is [B, S] (padding), [B, T, S] or of rank 4 broadcastable to "
-        "[B, num_heads, T, S] (S = T without kv; S = M with a cache), the score bias too; rope's dims even and at "
-        "most head_dim; window needs causal; a cache needs causal self-attention, and its Hkv and Dh are kv_heads "
-        "and head_dim; position_ids needs rope"
+        "[B, num_heads, T, S] (S = T without kv; S = M with a cache; S+T with a past), the score bias too; rope's "
+        "dims even and at most head_dim; window needs causal; a cache or a past needs causal self-attention, and "
+        "its Hkv and Dh are kv_heads and head_dim; with past, five outputs: y, the keys and values [B, kv_heads, "
+        "S+T, head_dim], the new ones [B, kv_heads, T, head_dim]; position_ids needs rope"
     ),
     example={"op": "attention", "num_heads": 12, "causal": True},
     input_shape_example=["B", "T", 768],
@@ -427,9 +540,21 @@ def attention(p: Params, inputs: Sequence[TensorType]) -> Any:
     with ``position_ids: true``, the last input ``[B, T]`` (rows with left padding start later).
     :func:`hndl.generate` drives it.
 
+    Growing cache. With ``past: true`` (causal self-attention only, not with ``cache``) two more inputs are the
+    keys and values of the ``S`` earlier tokens, ``past_k`` and ``past_v`` ``[B, kv_heads, S, head_dim]`` (``S``
+    may be 0: ``torch.zeros(B, kv_heads, 0, head_dim)`` before the prompt), and the node has five outputs:
+    ``node.0`` the attention's output, ``node.1`` and ``node.2`` the keys and values past and new concatenated,
+    ``[B, kv_heads, S+T, head_dim]`` (the next call's past; ``S+T`` is inferred), ``node.3`` and ``node.4`` the
+    ``T`` new ones alone ``[B, kv_heads, T, head_dim]`` (what a repeated block collects, cheaply, across its
+    layers). Query ``i`` sits at slot ``S+i``: it sees the past and the new tokens up to itself (with ``window``,
+    the ``window`` latest). The mask, if any, is over the ``S+T`` slots: ``[B, S+T]`` padding. Rotary positions
+    are ``S .. S+T-1``, or the ``position_ids`` input. Nothing is written in place; the concatenation copies
+    the past once per call, as transformers' dynamic cache does. ``S`` and ``T`` are symbols, so one validation
+    serves every step.
+
     A node that uses none of ``kv_heads``, ``head_dim``, ``fused: false``, a partial ``bias``, ``scale``,
-    ``rope``, ``window``, ``score_bias``, ``cache`` and ``position_ids`` builds the layer of earlier releases (``SelfAttention`` or
-    ``CrossAttention``), with the same state_dict keys.
+    ``rope``, ``window``, ``score_bias``, ``cache``, ``past`` and ``position_ids`` builds the layer of earlier
+    releases (``SelfAttention`` or ``CrossAttention``), with the same state_dict keys.
     """
     from ..torch.layers import Attention, CrossAttention, SelfAttention
 
@@ -456,6 +581,7 @@ def attention(p: Params, inputs: Sequence[TensorType]) -> Any:
         masked=p.masked,
         score_bias=p.score_bias,
         cache=p.cache,
+        past=p.past,
         position_ids=p.position_ids,
     )
 

@@ -52,7 +52,9 @@ def as_rank4(mask: Tensor) -> Tensor:
     return mask
 
 
-def allowed_pattern(t: int, s: int, window: int | None, device: torch.device, offset: Tensor | None = None) -> Tensor:
+def allowed_pattern(
+    t: int, s: int, window: int | None, device: torch.device, offset: Tensor | int | None = None
+) -> Tensor:
     """``[t, s]`` bool, true where query ``i`` may see key ``j``: ``j <= i`` (causal, top-left aligned as
     ``is_causal``), and with a window also ``j > i - window`` (the ``window`` latest keys, the query's own
     included: Mistral's sliding window). With ``offset`` (a 0-d tensor: a cache's slot of the first query) query
@@ -75,7 +77,7 @@ def _combine(
     causal: bool,
     window: int | None,
     like: Tensor,
-    offset: Tensor | None = None,
+    offset: Tensor | int | None = None,
 ) -> Tensor | None:
     """One ``attn_mask`` for SDPA from a mask (bool: true attends; float: added), an additive score bias and the
     causal or sliding-window pattern (queries from slot ``offset`` on), on ``like``'s device (the queries');
@@ -124,7 +126,7 @@ def attend(
     window: int | None = None,
     scale: float | None = None,
     dropout: float = 0.0,
-    offset: Tensor | None = None,
+    offset: Tensor | int | None = None,
 ) -> Tensor:
     """Scaled dot-product attention of ``q`` ``[B, H, T, D]`` over ``k`` ``[B, Hkv, S, D]`` and ``v``
     ``[B, Hkv, S, Dv]`` (``Hkv`` divides ``H``), giving ``[B, H, T, Dv]``.
@@ -399,7 +401,11 @@ class Attention(nn.Module):
     names the projections with a bias (Whisper's ``k_proj`` has none).
 
     ``forward(x, *inputs)`` takes, in order and as built: the keys' and values' input ``[B, S, E]``
-    (cross-attention), the mask, the score bias.
+    (cross-attention), the mask, the score bias; with ``cache`` the static cache's ``cache_k``, ``cache_v`` and
+    ``offset``; with ``past`` the growing cache's ``past_k`` and ``past_v`` ``[B, kv_heads, S, head_dim]``; with
+    ``position_ids`` the positions. With ``past`` it returns five tensors: the output, the keys and values past
+    and new ``[B, kv_heads, S+T, head_dim]`` (the next call's past), and the new tokens' own ``[B, kv_heads, T,
+    head_dim]``.
     """
 
     def __init__(
@@ -420,6 +426,7 @@ class Attention(nn.Module):
         masked: bool = False,
         score_bias: bool = False,
         cache: bool = False,
+        past: bool = False,
         position_ids: bool = False,
     ) -> None:
         super().__init__()
@@ -440,6 +447,7 @@ class Attention(nn.Module):
         self.masked = masked
         self.score_bias = score_bias
         self.cache = cache
+        self.past = past
         self.position_ids = position_ids
         width = embed_dim if kdim is None else kdim
         q_out, kv_out = num_heads * head_dim, kv_heads * head_dim
@@ -490,15 +498,45 @@ class Attention(nn.Module):
             cos, sin = self.rotary.tables(self.rotary.positions_for(k, None), k.dtype)
         return q, self.rotary.rotate(k, cos, sin)
 
-    def forward(self, x: Tensor, *inputs: Tensor) -> Tensor:
+    def forward(self, x: Tensor, *inputs: Tensor) -> Any:
         source = inputs[0] if self.cross else x
         mask = inputs[int(self.cross)] if self.masked else None
-        tail = 3 * self.cache + self.position_ids
+        tail = 3 * self.cache + 2 * self.past + self.position_ids
         body = inputs[: len(inputs) - tail]
         bias = body[-1] if self.score_bias else None
         positions = inputs[-1] if self.position_ids else None
-        offset = None
+        offset: Any = None
         q, k, v = self.project(x, source)
+        if self.past:
+            past_k, past_v = inputs[len(inputs) - tail : len(inputs) - tail + 2]
+            s, t = past_k.shape[2], x.shape[1]
+            if positions is None:
+                positions = torch.arange(s, s + t, device=x.device)
+            q, new_k = self.rotate(q, k, positions)
+            new_k, new_v = new_k.to(past_k.dtype), v.to(past_v.dtype)
+            # Growing: this call's keys and values are the past ones and the new ones, concatenated (a copy, as
+            # transformers' DynamicCache makes); the caller passes them back as the next call's past.
+            k, v = torch.cat((past_k, new_k), dim=2), torch.cat((past_v, new_v), dim=2)
+            # Query i sits at slot s + i. With a bool mask the offset also lets a padded query see its own slot
+            # (see _combine); with neither a past nor a mask the plain causal pattern is SDPA's is_causal.
+            offset = s if (s or mask is not None) else None
+            causal = self.causal
+            if s and t == 1 and mask is None and bias is None and self.window is None:
+                causal, offset = False, None  # one query, at the last slot: it sees every key, no pattern needed
+            y = attend(
+                q,
+                k,
+                v,
+                mask,
+                bias,
+                causal=causal,
+                window=self.window,
+                scale=self.scale,
+                dropout=self.dropout if self.training else 0.0,
+                offset=offset,
+            )
+            y = y.transpose(1, 2).reshape(x.shape[0], t, -1)
+            return (self.proj if self.fused else self.o_proj)(y), k, v, new_k, new_v
         if self.cache:
             cache_k, cache_v, offset = inputs[len(inputs) - tail : len(inputs) - tail + 3]
             q, k = self.rotate(q, k, offset if positions is None else positions)
@@ -530,5 +568,7 @@ class Attention(nn.Module):
         return (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kv_heads={self.kv_heads}, "
             f"head_dim={self.head_dim}, fused={self.fused}, scale={self.scale}, causal={self.causal}, "
-            f"window={self.window}, dropout={self.dropout}" + (", cache=True" if self.cache else "")
+            f"window={self.window}, dropout={self.dropout}"
+            + (", cache=True" if self.cache else "")
+            + (", past=True" if self.past else "")
         )

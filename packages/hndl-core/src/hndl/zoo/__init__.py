@@ -92,6 +92,7 @@ __all__ = [
     "entry",
     "from_pretrained",
     "get",
+    "KV_CACHE_KINDS",
     "kv_cache_spec_text",
     "load_reference_state_dict",
     "names",
@@ -134,17 +135,33 @@ def spec_text(name: str) -> str:
     return resources.files(__name__).joinpath("specs", f"{name}.yaml").read_text(encoding="utf-8")
 
 
-#: The entries with a static key/value cache variant (``get(name, kv_cache=True)``): the decoders.
+#: The entries with key/value cache variants (``get(name, kv_cache=True)``, static; ``kv_cache="grow"``): the
+#: decoders.
 KV_CACHE_ENTRIES = ("gpt2", "llama", "mistral")
 
 
-def kv_cache_spec_text(name: str) -> str:
-    """The spec file of entry ``name``'s variant with a static key/value cache (``specs/kv_cache/<name>.yaml``).
+#: The key/value caches ``get(name, kv_cache=...)`` takes: ``"static"`` (``True``), ``"grow"``.
+KV_CACHE_KINDS = ("static", "grow")
+
+
+def kv_cache_spec_text(name: str, kind: str = "static") -> str:
+    """The spec file of entry ``name``'s variant with a static key/value cache (``specs/kv_cache/<name>.yaml``),
+    or with ``kind="grow"`` a growing one (``specs/kv_cache/grow/<name>.yaml``).
 
     Raises:
-        HndlError: E_SPEC for an entry without one.
+        HndlError: E_SPEC for an entry without one; E_PARAM for another kind.
     """
     entry(name)
+    if kind not in KV_CACHE_KINDS:
+        raise HndlError(
+            Problem(
+                "E_PARAM",
+                f"kv_cache={kind!r} is no kind of key/value cache",
+                expected="True or 'static' (preallocated, written in place), 'grow' (concatenated each step)",
+                actual=repr(kind),
+                hint=suggestion(str(kind), KV_CACHE_KINDS),
+            )
+        )
     if name not in KV_CACHE_ENTRIES:
         raise HndlError(
             Problem(
@@ -155,10 +172,11 @@ def kv_cache_spec_text(name: str) -> str:
                 hint="kv_cache=True is for the decoders, which generate text",
             )
         )
-    return resources.files(__name__).joinpath("specs", "kv_cache", f"{name}.yaml").read_text(encoding="utf-8")
+    folder = ("specs", "kv_cache") if kind == "static" else ("specs", "kv_cache", "grow")
+    return resources.files(__name__).joinpath(*folder, f"{name}.yaml").read_text(encoding="utf-8")
 
 
-def get(name: str, preset: str | None = None, *, kv_cache: bool = False, **overrides: Any) -> Graph:
+def get(name: str, preset: str | None = None, *, kv_cache: bool | str = False, **overrides: Any) -> Graph:
     """Entry ``name`` as a :class:`~hndl.Graph`, with its configuration (its spec's ``params``) overridden.
 
     Args:
@@ -169,7 +187,8 @@ def get(name: str, preset: str | None = None, *, kv_cache: bool = False, **overr
         kv_cache: the entry's variant with a static key/value cache (:data:`KV_CACHE_ENTRIES`): the same
             parameters and state_dict keys, the inputs of one decoding step (new tokens, their positions, a padding
             mask over the cache's slots, the offset, every layer's keys and values). :func:`hndl.generate` builds
-            it itself; pass this to run the cache by hand.
+            it itself; pass this to run the cache by hand. ``"static"`` is the same; ``"grow"`` the variant
+            with a growing cache: the past keys and values in, past and new concatenated out (SPEC 17.2).
         **overrides: values for the spec's parameters, ``num_classes=10``, ``n_layer=6``, ``image_size=384``
             (the module docstring lists each entry's). Their validity (type,
             range, whether the result is a consistent model) is checked by :func:`hndl.check`/:func:`hndl.build`
@@ -189,7 +208,9 @@ def get(name: str, preset: str | None = None, *, kv_cache: bool = False, **overr
     if isinstance(name, str) and "@" in name and preset is None:
         name, _, preset = name.partition("@")
     if kv_cache:
-        graph = _load_text(kv_cache_spec_text(name), f"{PREFIX}{name}[kv_cache]", allow_imports=False)
+        kind = "static" if kv_cache is True else kv_cache
+        tag = "kv_cache" if kind == "static" else f"kv_cache={kind}"
+        graph = _load_text(kv_cache_spec_text(name, kind), f"{PREFIX}{name}[{tag}]", allow_imports=False)
     else:
         graph = _load_text(spec_text(name), PREFIX + name, allow_imports=False)
     if preset is not None:
