@@ -236,7 +236,7 @@ def _decoder(model_type: str, defaults: Mapping[str, Any], *extra: str) -> Pretr
     params |= {n: n for n in ("rms_norm_eps", "attention_dropout", *extra)}
     if model_type == "llama":
         params["rope_scaling"] = _rope_scaling
-    requires = (
+    requires: tuple[Requirement, ...] = (
         Requirement("hidden_act", ("silu",), why="the SwiGLU MLP's SiLU"),
         Requirement("tie_word_embeddings", (False,), why="the head is its own weight"),
     )
