@@ -171,24 +171,7 @@ def _check_cache(p: Params, inputs: Sequence[TensorType], kv_heads: int, head_di
     ``M`` agree through the port patterns), an integer offset; only for causal self-attention."""
     if not p.cache:
         return
-    if not p.causal:
-        raise InferError(
-            "cache is true and causal is false",
-            code="E_PARAM",
-            param="cache",
-            expected="causal: true with a cache (each new token attends to the cached ones and itself)",
-            actual=p.cache,
-            hint="set causal: true, and pass the padding mask [B, M] over the cache's slots as the mask",
-        )
-    kv, _ = _attention_inputs(p, inputs)
-    if kv is not None:
-        raise InferError(
-            "a key/value cache is for self-attention, and this node has a kv input",
-            code="E_PARAM",
-            param="cache",
-            expected="no kv input with cache: true",
-            actual="a kv input",
-        )
+    _causal_self_attention(p, inputs, "cache", "the cached ones", "[B, M] over the cache's slots")
     tail = inputs[len(inputs) - 3 - int(p.position_ids) :]
     for port, cache in zip(("cache_k", "cache_v"), tail[:2]):
         shape = cache.shape
@@ -203,6 +186,30 @@ def _check_cache(p: Params, inputs: Sequence[TensorType], kv_heads: int, head_di
                     actual=format_shape(shape),
                     hint="make the cache with the node's kv_heads and head_dim: [B, kv_heads, max_length, head_dim]",
                 )
+
+
+def _causal_self_attention(p: Params, inputs: Sequence[TensorType], param: str, seen: str, mask: str) -> None:
+    """A key/value cache (``param``: ``cache`` or ``past``) is for causal self-attention: each new token attends
+    to ``seen`` and itself, and the padding mask spans ``mask``."""
+    if not p.causal:
+        raise InferError(
+            f"{param} is true and causal is false",
+            code="E_PARAM",
+            param=param,
+            expected=f"causal: true with a {param} (each new token attends to {seen} and itself)",
+            actual=p[param],
+            hint=f"set causal: true, and pass the padding mask {mask} as the mask",
+        )
+    kv, _ = _attention_inputs(p, inputs)
+    if kv is not None:
+        raise InferError(
+            f"a {'growing ' if param == 'past' else ''}key/value cache is for self-attention, and this node has a "
+            "kv input",
+            code="E_PARAM",
+            param=param,
+            expected=f"no kv input with {param}: true",
+            actual="a kv input",
+        )
 
 
 def _past_of(p: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, TensorType]:
@@ -225,24 +232,7 @@ def _check_past(p: Params, inputs: Sequence[TensorType], kv_heads: int, head_dim
             actual=True,
             hint="a static cache preallocates max_length slots; a growing one returns past and new concatenated",
         )
-    if not p.causal:
-        raise InferError(
-            "past is true and causal is false",
-            code="E_PARAM",
-            param="past",
-            expected="causal: true with a past (each new token attends to the past ones and itself)",
-            actual=p.past,
-            hint="set causal: true, and pass the padding mask [B, S+T] over the past and new slots as the mask",
-        )
-    kv, _ = _attention_inputs(p, inputs)
-    if kv is not None:
-        raise InferError(
-            "a growing key/value cache is for self-attention, and this node has a kv input",
-            code="E_PARAM",
-            param="past",
-            expected="no kv input with past: true",
-            actual="a kv input",
-        )
+    _causal_self_attention(p, inputs, "past", "the past ones", "[B, S+T] over the past and new slots")
     for port, past in zip(("past_k", "past_v"), _past_of(p, inputs)):
         shape = past.shape
         if shape is None or open_at(shape) is not None or len(shape) != 4:

@@ -8,14 +8,17 @@ from typing import Any
 from .._contracts import INT_DTYPES, TensorType
 from .._registry import InferError, Param, Params, Port, op
 
+# The affine maps' parameters: linear (weight [out, in]) and linear_in_out (weight [in, out]) alike.
+_LINEAR_PARAMS = [
+    Param("out_features", "int", min=1, doc="size of each output sample"),
+    Param("in_features", "int", min=1, inferred=True, doc="size of each input sample (inferred)"),
+    Param("bias", "bool", default=True, doc="learn an additive bias"),
+]
+
 
 @op(
     "linear",
-    params=[
-        Param("out_features", "int", min=1, doc="size of each output sample"),
-        Param("in_features", "int", min=1, inferred=True, doc="size of each input sample (inferred)"),
-        Param("bias", "bool", default=True, doc="learn an additive bias"),
-    ],
+    params=_LINEAR_PARAMS,
     inputs=[Port("x", ["*batch", "in_features"], doc="features in the last dim")],
     outputs=[Port("y", ["*batch", "out_features"], dtype="same:x")],
     module="torch.nn.Linear",
@@ -36,11 +39,7 @@ def linear(p: Params, inputs: Sequence[TensorType]) -> Any:
 
 @op(
     "linear_in_out",
-    params=[
-        Param("out_features", "int", min=1, doc="size of each output sample"),
-        Param("in_features", "int", min=1, inferred=True, doc="size of each input sample (inferred)"),
-        Param("bias", "bool", default=True, doc="learn an additive bias"),
-    ],
+    params=_LINEAR_PARAMS,
     inputs=[Port("x", ["*batch", "in_features"], doc="features in the last dim")],
     outputs=[Port("y", ["*batch", "out_features"], dtype="same:x")],
     module="hndl.torch.layers.LinearInOut",
