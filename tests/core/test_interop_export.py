@@ -174,7 +174,22 @@ TORCH = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:
     reason="torch.export before 2.5 adds guards the dims' ranges cannot express (seen on 2.4.1: the parity of "
     "a ResNet's strided sizes, B and T of the transformers specialised, an LSTM export giving other values)",
 )
-@pytest.mark.parametrize("name", hndl.zoo.names())
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            n,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="torch.export adds a guard on the channels-last linear layers it cannot prove for a dynamic "
+                "W ((1 % (96*(W // 4))) != 0); torchvision's own convnext_tiny fails the same export",
+            ),
+        )
+        if n == "convnext_tiny"
+        else n
+        for n in hndl.zoo.names()
+    ],
+)
 def test_every_zoo_entry_exports_with_the_helpers_and_runs_at_two_sizes(name):
     torch.manual_seed(0)
     small = {
