@@ -6,7 +6,7 @@ Masks have one meaning everywhere (:data:`MASK_FORMS`): below rank 4 a mask star
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .._contracts import TensorType, dtype_satisfies, format_shape
@@ -173,7 +173,21 @@ def _check_cache(p: Params, inputs: Sequence[TensorType], kv_heads: int, head_di
         return
     _causal_self_attention(p, inputs, "cache", "the cached ones", "[B, M] over the cache's slots")
     tail = inputs[len(inputs) - 3 - int(p.position_ids) :]
-    for port, cache in zip(("cache_k", "cache_v"), tail[:2]):
+    _check_cache_heads(
+        zip(("cache_k", "cache_v"), tail[:2]),
+        kv_heads,
+        head_dim,
+        "M",
+        "make the cache with the node's kv_heads and head_dim: [B, kv_heads, max_length, head_dim]",
+    )
+
+
+def _check_cache_heads(
+    caches: Iterable[tuple[str, TensorType]], kv_heads: int, head_dim: int, length: str, hint: str
+) -> None:
+    """Each cache input ``[B, kv_heads, <length>, head_dim]`` (a static cache's ``M`` slots, a growing one's ``S``
+    past tokens) has the node's key/value heads and head dim where its shape says them."""
+    for port, cache in caches:
         shape = cache.shape
         if shape is None or open_at(shape) is not None or len(shape) != 4:
             continue
@@ -182,9 +196,9 @@ def _check_cache(p: Params, inputs: Sequence[TensorType], kv_heads: int, head_di
                 raise InferError(
                     f"the {port} {format_shape(shape)} has {shape[axis]} as its {what}, and the node has {want}",
                     port=port,
-                    expected=f"[B, {kv_heads}, M, {head_dim}] ([B, kv_heads, M, head_dim])",
+                    expected=f"[B, {kv_heads}, {length}, {head_dim}] ([B, kv_heads, {length}, head_dim])",
                     actual=format_shape(shape),
-                    hint="make the cache with the node's kv_heads and head_dim: [B, kv_heads, max_length, head_dim]",
+                    hint=hint,
                 )
 
 
@@ -233,20 +247,14 @@ def _check_past(p: Params, inputs: Sequence[TensorType], kv_heads: int, head_dim
             hint="a static cache preallocates max_length slots; a growing one returns past and new concatenated",
         )
     _causal_self_attention(p, inputs, "past", "the past ones", "[B, S+T] over the past and new slots")
-    for port, past in zip(("past_k", "past_v"), _past_of(p, inputs)):
-        shape = past.shape
-        if shape is None or open_at(shape) is not None or len(shape) != 4:
-            continue
-        for axis, what, want in ((1, "key/value heads", kv_heads), (3, "head dim", head_dim)):
-            if isinstance(shape[axis], int) and shape[axis] != want:
-                raise InferError(
-                    f"the {port} {format_shape(shape)} has {shape[axis]} as its {what}, and the node has {want}",
-                    port=port,
-                    expected=f"[B, {kv_heads}, S, {head_dim}] ([B, kv_heads, S, head_dim])",
-                    actual=format_shape(shape),
-                    hint="the past keys and values are an earlier call's node.1 and node.2: "
-                    "[B, kv_heads, S, head_dim], S = 0 before the first call",
-                )
+    _check_cache_heads(
+        zip(("past_k", "past_v"), _past_of(p, inputs)),
+        kv_heads,
+        head_dim,
+        "S",
+        "the past keys and values are an earlier call's node.1 and node.2: [B, kv_heads, S, head_dim], S = 0 "
+        "before the first call",
+    )
 
 
 def _past_outputs(

@@ -16,6 +16,7 @@ from typing import Any
 
 from .._errors import HndlError, Problem
 from ..naming import excerpt, printable, suggestion
+from ._entries import _BERT_PRESETS, _LLAMA_7B
 
 __all__ = ["PRETRAINED", "Pretrained", "Requirement", "read_config"]
 
@@ -247,11 +248,9 @@ def _decoder(model_type: str, defaults: Mapping[str, Any], *extra: str) -> Pretr
     return Pretrained(model_type, model_type, params, defaults, requires)
 
 
+# LlamaConfig's and MistralConfig's defaults share the 7B presets' sizes.
 _DECODER_DEFAULTS = {
-    "vocab_size": 32000,
-    "hidden_size": 4096,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
+    **_LLAMA_7B,
     "rms_norm_eps": 1e-6,
     "attention_dropout": 0.0,
     "hidden_act": "silu",
@@ -279,14 +278,9 @@ def _bert() -> Pretrained:
         "bert",
         "bert",
         params={n: n for n in names},
-        # BertConfig's defaults (bert-base).
+        # BertConfig's defaults: the bert-base preset, and the rest.
         defaults={
-            "vocab_size": 30522,
-            "hidden_size": 768,
-            "num_hidden_layers": 12,
-            "num_attention_heads": 12,
-            "intermediate_size": 3072,
-            "max_position_embeddings": 512,
+            **_BERT_PRESETS["bert-base"],
             "type_vocab_size": 2,
             "pad_token_id": 0,
             "layer_norm_eps": 1e-12,
