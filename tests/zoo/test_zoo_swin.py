@@ -19,8 +19,8 @@ import hndl.zoo  # noqa: E402
 SMALL = {"embed_dim": 24, "depths": [2, 2, 2, 2], "num_heads": [1, 2, 3, 4], "stochastic_depth_prob": 0.5}
 
 
-def _overrides(config: dict, image_size: int) -> dict:
-    out = {"image_size": image_size, "embed_dim": config["embed_dim"]}
+def _overrides(config: dict, height: int, width: int | None = None) -> dict:
+    out = {"H": height, "W": height if width is None else width, "embed_dim": config["embed_dim"]}
     for stage in range(4):
         out[f"depths{stage + 1}"] = config["depths"][stage]
         out[f"num_heads{stage + 1}"] = config["num_heads"][stage]
@@ -91,6 +91,17 @@ def test_a_small_swin_matches_torchvision_at_256():
     check_gradients("swin_t", _torchvision_swin(SMALL), [image], seed=0, **overrides)
 
 
+def test_a_small_swin_matches_torchvision_on_an_image_wider_than_high():
+    # 256 x 160: rows of 64, 32, 16, 8 and columns of 40, 20, 10, 5, padded to 42, 21, 14, 7. The last stage's
+    # columns are one window, so its odd blocks shift along the rows only (torchvision zeroes one axis's shift),
+    # and the mask's regions come from the row bands alone.
+    reference = _torchvision_swin(SMALL)
+    overrides = _overrides(SMALL, 256, 160)
+    image = torch.randn(2, 3, 256, 160)
+    check_outputs("swin_t", reference, [image], exact=True, **overrides)
+    check_gradients("swin_t", _torchvision_swin(SMALL), [image], seed=0, **overrides)
+
+
 def test_a_small_swin_with_dropout_and_attention_dropout_draws_as_torchvisions():
     # at 224, after the stochastic depth of each branch: attention weights, projection, both MLP dropouts
     config = {**SMALL, "dropout": 0.1, "attention_dropout": 0.2}
@@ -109,11 +120,35 @@ def test_the_spec_uses_built_in_ops_only():
 def test_the_summary_command_prints_the_count_and_the_cost(capsys):
     from hndl.cli import main
 
-    # The image size is a graph parameter (the padding and the shift mask depend on it), so only B is a dim.
-    assert main(["summary", "zoo:swin_t", "--dims", "B=1", "--depth", "1"]) == 0
+    # H and W are graph parameters (the padding, the shifts and the shift mask depend on them): --dims gives
+    # them as it gives B, and the command builds the model at that size.
+    assert main(["summary", "zoo:swin_t", "--dims", "B=1,H=224,W=224", "--depth", "1"]) == 0
     out = capsys.readouterr().out
     assert "params:      28,288,354 (trainable 28,288,354, non-trainable 0)" in out
     assert "MACs:        4,490,566,656 (4.49 G)" in out
+    assert "inputs:  image [1, 3, 224, 224]" in out
+
+
+def test_the_summary_command_builds_it_at_the_size_given(capsys):
+    from hndl.cli import main
+
+    assert main(["summary", "zoo:swin_t", "--dims", "B=1,H=256,W=320", "--depth", "1"]) == 0
+    out = capsys.readouterr().out
+    at_size = hndl.summary(hndl.zoo.get("swin_t", H=256, W=320), B=1)
+    assert at_size.macs > 4_490_566_656
+    assert f"MACs:        {at_size.macs:,}" in out
+    assert "[1, 1000]" in out
+
+
+def test_a_built_swin_refuses_a_summary_at_another_size():
+    model = hndl.build(hndl.zoo.get("swin_t", **_overrides(SMALL, 112)))
+    assert model.summary(B=1, H=112, W=112).trainable_params == sum(p.numel() for p in model.parameters())
+    with pytest.raises(hndl.HndlError) as err:
+        model.summary(B=1, H=224, W=112)
+    (problem,) = err.value.problems
+    assert problem.code == "E_INPUT"
+    assert "this model was built with H=112" in problem.message
+    assert "hndl.summary(graph, H=...)" in problem.hint
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])

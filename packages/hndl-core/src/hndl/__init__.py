@@ -192,7 +192,8 @@ def summary(
     A graph is checked and built on PyTorch's meta device (nothing allocated); a built model is summarised as
     it is (a frozen parameter counts as non-trainable). A parameter shared by several nodes (tied weights) is
     counted in the first row that has it and marked in the others, so the rows add up to the total. ``dims``
-    bind the inputs' symbols (``B=8``), or ``input_size`` binds them from the inputs' sizes as torchinfo takes
+    bind the inputs' symbols (``B=8``) and the top graph's size parameters (an integer parameter an input shape
+    names, ``H=224`` for ``[B, 3, H, W]``: a graph is built at that size, a built model must have it), or ``input_size`` binds them from the inputs' sizes as torchinfo takes
     them (``input_size=(8, 3, 224, 224)``; a list of sizes for several inputs); without them, multiply-adds and
     activation memory are expressions, and the table names the symbols left. ``depth=1`` shows each subgraph
     node as one row with its subtotals. ``train=True`` adds the memory of one training step
@@ -211,9 +212,10 @@ def summary(
 
     source, input_size, dims = _imported(source, input_size, input_data, dims)
     if isinstance(source, Graph):
+        from ._graph_params import with_sizes
         from .torch._meta import build_on_meta
 
-        source = build_on_meta(source)
+        source = build_on_meta(with_sizes(source, dims))
     return make_summary(source, depth=depth, input_size=input_size, train=train, optimizer=optimizer, **dims)
 
 

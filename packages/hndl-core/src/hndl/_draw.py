@@ -27,6 +27,7 @@ from typing import Any
 from ._check import CheckedGraph, CheckedNode, check
 from ._errors import HndlError, Problem, ProblemList
 from ._graph import Graph, split_ref
+from ._graph_params import with_sizes
 from ._registry import REQUIRED, OpDef, registry
 from ._resolve import check_subgraph_uses
 from ._spec_dumper import flow_yaml
@@ -68,7 +69,7 @@ class Picture:
 
 def layout(source: Any, *, depth: int | None = None, **dims: int) -> Picture:
     """The picture of a :class:`~hndl.Graph` or a built model (see the module docstring)."""
-    graph, checked, model = _graph_and_types(source)
+    graph, checked, model = _graph_and_types(with_sizes(source, dims) if isinstance(source, Graph) else source)
     if checked is None:  # drawn although it does not check: its subgraphs must still be walkable
         problems = ProblemList()
         if not check_subgraph_uses(graph, problems):

@@ -41,6 +41,8 @@ __all__ = [
     "repetition_params",
     "repetition_uses",
     "seed_env",
+    "size_parameters",
+    "with_sizes",
 ]
 
 #: What starts a reference to a graph parameter in a node's parameters.
@@ -477,3 +479,27 @@ def bind_contract(contract: Contract, bindings: Mapping[str, Any]) -> tuple[Cont
 def seed_env(bindings: Mapping[str, Any]) -> dict[str, Any]:
     """The integer parameters, as a shape-matching environment: a dim that names one must equal its value."""
     return {name: value for name, value in bindings.items() if _is_int(value)}
+
+
+def size_parameters(graph: Graph) -> dict[str, int]:
+    """The integer parameters of ``graph`` that its input shapes name as dims, with their values: sizes the
+    configuration fixes (``H`` and ``W`` of ``[B, 3, H, W]`` with ``params: {H: 224, W: 224}``), which a summary
+    or a drawing is given as it is given a symbol's (SPEC 8.5.4)."""
+    named: set[str] = set()
+    for spec in graph.inputs.values():
+        for d in spec.contract.shape.dims:
+            if d is not None:
+                named |= free_symbols(d)
+    return {name: value for name, value in graph.params.items() if name in named and _is_int(value)}
+
+
+def with_sizes(graph: Graph, dims: Mapping[str, Any]) -> Graph:
+    """``graph`` configured by the ``dims`` that name its size parameters (:func:`size_parameters`). The graph
+    itself is left as it is: when a size is given, the result is a copy whose ``params`` has it (the nodes are
+    shared; checking and building never change them)."""
+    sizes = {k: v for k, v in dims.items() if k in size_parameters(graph) and _is_int(v) and v >= 1}
+    if not sizes:
+        return graph
+    configured = copy.copy(graph)
+    configured.params = {**graph.params, **sizes}
+    return configured

@@ -20,6 +20,7 @@ from ._contracts import Variadic, format_shape
 from ._dim_factor import factored_text
 from ._dims import Dim, dim_add, dim_mul, free_symbols, substitute
 from ._errors import HndlError, Problem
+from ._graph_params import size_parameters
 from ._hints import shape_fix
 from ._training_memory import TrainingMemory, training_memory
 from .naming import excerpt, printable, suggestion
@@ -244,10 +245,12 @@ def summary(
         optimizer: whose state to count with ``train``: ``"sgd"``, ``"sgd-momentum"``, ``"adam"`` or
             ``"adamw"`` (the default); giving one implies ``train``.
         **dims: sizes of the graph inputs' symbols (``B=8, T=128``); shapes, multiply-adds and activation
-            memory of unbound symbols stay expressions.
+            memory of unbound symbols stay expressions. A size parameter of the graph (SPEC 8.5.4) may be
+            given too, at the value the model was built with.
 
     Raises:
-        HndlError: E_INPUT for a dim the graph does not have, a size that is not a positive int, or an
+        HndlError: E_INPUT for a dim the graph does not have, a size that is not a positive int, a size
+            parameter at another value than the model's, or an
             ``input_size`` that does not fit the inputs' contracts (with the edit that would make it fit), or an
             optimizer hndl does not know.
     """
@@ -514,24 +517,40 @@ def _layer(node: CheckedNode, module: Any) -> str:
 def _bind(checked: CheckedGraph, dims: Mapping[str, Any]) -> dict[str, int]:
     """The caller's dims, checked against the symbols of the graph's inputs."""
     symbols = _input_symbols(checked)
+    sizes = size_parameters(checked.graph)
     problems = []
     for name, size in dims.items():
-        if name not in symbols:
-            hint = suggestion(name, symbols)
+        known = symbols | sizes.keys()
+        if name not in known:
+            hint = suggestion(name, known)
             problems.append(
                 Problem(
                     "E_INPUT",
                     f"the graph's inputs have no dim {name!r}",
-                    expected=", ".join(sorted(symbols)) or "no symbolic dims",
+                    expected=", ".join(sorted(known)) or "no symbolic dims",
                     actual=name,
-                    hint=hint or ("its dims: " + ", ".join(sorted(symbols)) if symbols else None),
+                    hint=hint or ("its dims: " + ", ".join(sorted(known)) if known else None),
                 )
             )
         elif not isinstance(size, int) or isinstance(size, bool) or size < 1:
             problems.append(Problem("E_INPUT", f"dim {name!r} must be a positive int, not {excerpt(size)}"))
+        elif name not in symbols and size != sizes[name]:
+            problems.append(_fixed_size(checked.graph.name, name, size, sizes[name]))
     if problems:
         raise HndlError(problems, title="summary")
     return dict(dims)
+
+
+def _fixed_size(graph: str, name: str, size: Any, built: int) -> Problem:
+    """E_INPUT: ``name`` is a size parameter of a model built at another size (SPEC 8.5.4)."""
+    return Problem(
+        "E_INPUT",
+        f"dim {name!r} is a parameter of graph {graph!r}, and this model was built with {name}={built}",
+        expected=f"{name}={built}",
+        actual=f"{name}={excerpt(size)}",
+        hint=f"summarise the graph instead (hndl.summary(graph, {name}=...) builds it at that size), or build "
+        f"the model from a graph with params[{name!r}] set",
+    )
 
 
 _TOO_LONG = "<a number too long to print>"

@@ -280,13 +280,17 @@ def _shown(name: str) -> str:
     return text if len(text) <= SHOWN_NAME else text[: SHOWN_NAME - 3] + "..."
 
 
-def _prepare(file: str, *, allow_imports: bool, args: argparse.Namespace | None = None) -> tuple[Graph, Any]:
-    """Load ``file`` and build its model on the meta device; raises :class:`_Failed` with every problem."""
+def _prepare(
+    file: str, *, allow_imports: bool, args: argparse.Namespace | None = None, dims: Mapping[str, int] | None = None
+) -> tuple[Graph, Any]:
+    """Load ``file`` and build its model on the meta device, at the sizes ``dims`` give its size parameters
+    (SPEC 8.5.4); raises :class:`_Failed` with every problem."""
     graph = _load(file, allow_imports=allow_imports, args=args)
+    from ._graph_params import with_sizes
     from .torch._meta import build_on_meta
 
     try:
-        return graph, build_on_meta(graph)
+        return graph, build_on_meta(with_sizes(graph, dims or {}))
     except HndlError as exc:
         raise _Failed(exc.problems) from None
 
@@ -391,7 +395,7 @@ def _summary(args: argparse.Namespace, *, out: IO[str]) -> int:
     from ._summary import summary
 
     try:
-        _, model = _prepare(args.file, allow_imports=args.allow_imports, args=args)
+        _, model = _prepare(args.file, allow_imports=args.allow_imports, args=args, dims=args.dims)
         try:
             sizes = args.input_size
             table = summary(

@@ -48,7 +48,7 @@ entry                        configuration
                              ``num_classes``, ``norm_eps``, ``norm_momentum``
 ``swin_t``                   ``patch_size``, ``embed_dim``, ``depths1`` .. ``depths4``, ``num_heads1`` ..
                              ``num_heads4``, ``window_size``, ``mlp_ratio``, ``dropout``, ``attention_dropout``,
-                             ``stochastic_depth_prob``, ``num_classes``, ``image_size``
+                             ``stochastic_depth_prob``, ``num_classes``, ``H``, ``W`` (the image size)
 ``densenet121``              ``growth_rate``, ``block_config1`` .. ``block_config4`` (layers per block),
                              ``num_init_features``, ``bn_size``, ``drop_rate``, ``num_classes``
 ============================ ==================================================================================
