@@ -135,3 +135,19 @@ def test_regression_a_nested_list_kernel_size_is_drawn_not_a_type_error(fmt: str
     )
     drawn = hndl.draw(hndl.loads(text), format=fmt)
     assert "conv2d 3, 4" in drawn  # the settings still say the kernel (as drawn for 3) and the channels
+
+
+def test_regression_a_40000_entry_shape_is_drawn_from_its_first_entries() -> None:
+    # Found by CI's fuzz run: drawing the hostile "reshape to rank 40000" case wrote the whole shape as YAML for
+    # each format (a second of CPU time, over the case budget on a loaded machine), only to cut it to 40
+    # characters. The box shows the same cut text; only the first entries are written.
+    shape = list(range(1, 40_001))
+    text = (
+        '{"hndl": 1, "name": "r", "inputs": {"x": {"shape": ["B", 4]}},'
+        f' "nodes": {{"r": {{"op": "reshape", "in": "x", "shape": {shape}}}}}, "outputs": ["r"]}}'
+    )
+    whole = "[" + ", ".join(str(v) for v in shape) + "]"  # the shape as the box would write all of it
+    expected = f"r: reshape {whole[:37]}..."
+    assert expected == "r: reshape [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 1..."
+    for fmt in ("dot", "mermaid"):
+        assert expected in hndl.draw(hndl.loads(text), format=fmt)
