@@ -25,6 +25,7 @@ from torch import nn
 
 from .._errors import HndlError, Problem
 from .._plan import Group, Plan, Step
+from ._block_in_place import in_place_operands, may_write, write
 
 __all__ = [
     "Block",
@@ -44,12 +45,14 @@ class Program:
 
     ``items`` are ``(path, inputs, outputs, drop, step)``: the layer's (or a nested block's) key path below the
     block, the value ids it reads and writes, the value ids no later item reads, and the plan step (its node
-    names a failure)."""
+    names a failure). ``in_place`` has per item the operand it may write into while gradients are recorded
+    and the item that made it, ``(-1, -1)`` for none (:mod:`._block_in_place`)."""
 
     qualname: str
     inputs: tuple[str, ...]
     items: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...], Step], ...]
     outputs: tuple[str, ...]
+    in_place: tuple[tuple[int, int], ...]
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Program:
         return self  # immutable, and the plan it points into is shared by every copy of the model
@@ -105,13 +108,22 @@ def run_program(block: nn.Module, program: Program, inputs: Sequence[Any]) -> An
     from ._validate import CONTROL_FLOW, layer_failure
 
     values = dict(zip(program.inputs, inputs))
-    for path, ins, outs, drop, step in program.items:
+    ran: list[Any] = []  # each item's module: the in-place rule looks at an operand's producer
+    for (path, ins, outs, drop, step), (operand, producer) in zip(program.items, program.in_place):
         module: Any = block
         for key in path:
             module = module._modules[key]
+        ran.append(module)
         args = [values[v] for v in ins]
         try:
-            result = module(*args)
+            if operand >= 0:
+                del values[ins[operand]]  # read by this step alone: the argument list is left its only holder
+                if may_write(step.node.op, module, ran[producer], args, operand):
+                    result = write(step.node.op, args, operand)
+                else:
+                    result = module(*args)
+            else:
+                result = module(*args)
         except CONTROL_FLOW:
             raise
         except Exception as exc:
@@ -195,7 +207,8 @@ def program_for(
         items.append(
             (relative(step.node.path), step.inputs, step.outputs, tuple(v for v in drop if v not in keep), step)
         )
-    return Program(qualname, tuple(inputs), tuple(items), tuple(outputs))
+    in_place = tuple(in_place_operands(steps, inputs, outputs))
+    return Program(qualname, tuple(inputs), tuple(items), tuple(outputs), in_place)
 
 
 def _program(plan: Plan, index: int) -> Program:
