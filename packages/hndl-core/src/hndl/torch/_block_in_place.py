@@ -40,7 +40,7 @@ from .._plan import Step
 from .._saved import saves
 from . import layers
 from ._guards import global_hooks_active, hook_dicts
-from ._inline import _FRESH, _storage_users
+from ._inline import _FRESH, _storage_users, _use_count
 
 __all__ = ["in_place_operands", "may_write", "write"]
 
@@ -85,9 +85,12 @@ def _transforms_active() -> bool:
     return (active is None or active()) or (compiling is not None and compiling())
 
 
-def _held_by_list_alone() -> tuple[int, int]:
+def _held_by_list_alone() -> tuple[int, int] | None:
     """The reference and storage counts of a tensor that one list holds and nothing else, read as
-    :func:`may_write` reads them (``sys.getrefcount(args[k])``)."""
+    :func:`may_write` reads them (``sys.getrefcount(args[k])``); None on a torch without the storage count
+    (then nothing is written in place)."""
+    if _use_count is None:
+        return None
     args = [torch.empty(1)]
     return sys.getrefcount(args[0]), _storage_users(args[0])
 
@@ -108,7 +111,7 @@ def may_write(op: str, module: Any, producer: Any, args: list[Any], operand: int
         return False
     if not all(type(a) is torch.Tensor for a in args):
         return False
-    if sys.getrefcount(args[operand]) != _ALONE[0]:  # read before any local here holds it
+    if _ALONE is None or sys.getrefcount(args[operand]) != _ALONE[0]:  # read before any local here holds it
         return False
     if len(args) == 2 and (args[0].shape != args[1].shape or args[0].dtype != args[1].dtype):
         return False
