@@ -23,6 +23,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from ._per_step import shared
+
 __all__ = [
     "Attention",
     "AttentionMask",
@@ -82,7 +84,12 @@ def _combine(
     """One ``attn_mask`` for SDPA from a mask (bool: true attends; float: added), an additive score bias and the
     causal or sliding-window pattern (queries from slot ``offset`` on), on ``like``'s device (the queries');
     ``None`` when there is nothing to apply."""
-    pattern = allowed_pattern(t, s, window, like.device, offset) if causal else None
+    pattern = None
+    if causal:
+        # The same for every layer of a decoding step: made once (_per_step).
+        pattern = shared(
+            "pattern", (t, s, window, like.device, offset), lambda: allowed_pattern(t, s, window, like.device, offset)
+        )
     if mask is not None:
         mask = as_rank4(mask)
     if bias is None:
@@ -147,7 +154,12 @@ def attend(
     if mask is None and bias is None and window is None and offset is None:
         attn_mask, is_causal = None, causal
     else:
-        attn_mask, is_causal = _combine(mask, bias, t, s, causal, window, q, offset), False
+        if bias is None:  # a mask and a pattern the same for every layer of a step (_per_step): combined once
+            key = (mask, t, s, causal, window, q.device, q.dtype, offset)
+            attn_mask = shared("attn_mask", key, lambda: _combine(mask, None, t, s, causal, window, q, offset))
+        else:
+            attn_mask = _combine(mask, bias, t, s, causal, window, q, offset)
+        is_causal = False
     if groups > 1:
         if _GQA_NATIVE and (attn_mask is None or q.device.type == "cpu"):
             # Without a mask SDPA's own grouping keeps the fused kernels; with a mask it sends CUDA to the math
@@ -492,8 +504,11 @@ class Attention(nn.Module):
         both by ``positions`` (an offset, ``[T]`` or ``[B, T]``: :meth:`Rotary.positions_for`)."""
         if self.rotary is None:
             return q, k
-        cos, sin = self.rotary.tables(self.rotary.positions_for(q, positions), q.dtype)
-        q = self.rotary.rotate(q, cos, sin)
+        rotary = self.rotary
+        # The same for every layer of a step, whose position ids or offset are one graph input: made once.
+        key = (positions, q.shape[-2], q.dtype, q.device, rotary.interleaved, rotary.inv_freq)
+        cos, sin = shared("rotary", key, lambda: rotary.tables(rotary.positions_for(q, positions), q.dtype))
+        q = rotary.rotate(q, cos, sin)
         if positions is None and k.shape[2] != q.shape[2]:
             cos, sin = self.rotary.tables(self.rotary.positions_for(k, None), k.dtype)
         return q, self.rotary.rotate(k, cos, sin)
@@ -511,7 +526,7 @@ class Attention(nn.Module):
             past_k, past_v = inputs[len(inputs) - tail : len(inputs) - tail + 2]
             s, t = past_k.shape[2], x.shape[1]
             if positions is None:
-                positions = torch.arange(s, s + t, device=x.device)
+                positions = torch.tensor(s, device=x.device)  # queries at s .. s+t-1 (0-d: one table per step)
             q, new_k = self.rotate(q, k, positions)
             new_k, new_v = new_k.to(past_k.dtype), v.to(past_v.dtype)
             # Growing: this call's keys and values are the past ones and the new ones, concatenated (a copy, as
@@ -542,7 +557,8 @@ class Attention(nn.Module):
             q, k = self.rotate(q, k, offset if positions is None else positions)
             # The cache is the caller's: the new keys and values are written into it in place, where the caller
             # (hndl.generate) reads them on the next step. The runtime never writes into an input itself.
-            slots = torch.arange(x.shape[1], device=offset.device) + offset
+            t = x.shape[1]
+            slots = shared("slots", (t, offset), lambda: torch.arange(t, device=offset.device) + offset)
             cache_k.index_copy_(2, slots, k.to(cache_k.dtype))
             cache_v.index_copy_(2, slots, v.to(cache_v.dtype))
             k, v = cache_k, cache_v
