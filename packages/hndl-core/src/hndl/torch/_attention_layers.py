@@ -499,17 +499,27 @@ class Attention(nn.Module):
         v = v.view(b, s, -1, hd).transpose(1, 2)
         return q, k, v
 
-    def rotate(self, q: Tensor, k: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def rotate(
+        self, q: Tensor, k: Tensor, positions: Tensor | None = None, *, start: int | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Queries and keys rotated by their positions ``0 .. T-1`` and ``0 .. S-1`` (one table when equal), or
-        both by ``positions`` (an offset, ``[T]`` or ``[B, T]``: :meth:`Rotary.positions_for`)."""
+        both by ``positions`` (an offset, ``[T]`` or ``[B, T]``: :meth:`Rotary.positions_for`), or, with ``start``
+        and no ``positions``, both by ``start .. start+T-1`` (a growing cache's new keys)."""
         if self.rotary is None:
             return q, k
         rotary = self.rotary
+        t = q.shape[-2]
+
+        def table() -> tuple[Tensor, Tensor]:
+            if positions is None and start is not None:
+                return rotary.tables(torch.arange(start, start + t, device=q.device), q.dtype)
+            return rotary.tables(rotary.positions_for(q, positions), q.dtype)
+
         # The same for every layer of a step, whose position ids or offset are one graph input: made once.
-        key = (positions, q.shape[-2], q.dtype, q.device, rotary.interleaved, rotary.inv_freq)
-        cos, sin = shared("rotary", key, lambda: rotary.tables(rotary.positions_for(q, positions), q.dtype))
+        key = (positions, start, t, q.dtype, q.device, rotary.interleaved, rotary.inv_freq)
+        cos, sin = shared("rotary", key, table)
         q = rotary.rotate(q, cos, sin)
-        if positions is None and k.shape[2] != q.shape[2]:
+        if positions is None and start is None and k.shape[2] != q.shape[2]:
             cos, sin = self.rotary.tables(self.rotary.positions_for(k, None), k.dtype)
         return q, self.rotary.rotate(k, cos, sin)
 
@@ -525,9 +535,7 @@ class Attention(nn.Module):
         if self.past:
             past_k, past_v = inputs[len(inputs) - tail : len(inputs) - tail + 2]
             s, t = past_k.shape[2], x.shape[1]
-            if positions is None:
-                positions = torch.tensor(s, device=x.device)  # queries at s .. s+t-1 (0-d: one table per step)
-            q, new_k = self.rotate(q, k, positions)
+            q, new_k = self.rotate(q, k, positions, start=s)  # without position ids: queries at s .. s+t-1
             new_k, new_v = new_k.to(past_k.dtype), v.to(past_v.dtype)
             # Growing: this call's keys and values are the past ones and the new ones, concatenated (a copy, as
             # transformers' DynamicCache makes); the caller passes them back as the next call's past.
