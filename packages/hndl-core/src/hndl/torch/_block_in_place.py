@@ -82,7 +82,8 @@ def _unobserved(module: Any) -> bool:
 def _transforms_active() -> bool:
     active = getattr(torch._C, "_are_functorch_transforms_active", None)
     compiling = getattr(torch.compiler, "is_compiling", None)
-    return (active is None or active()) or (compiling is not None and compiling())
+    # Compiling first: Dynamo reads is_compiling() as a constant; tracing the functorch query breaks the graph.
+    return (compiling is not None and compiling()) or active is None or active()
 
 
 def _held_by_list_alone() -> tuple[int, int] | None:

@@ -43,7 +43,9 @@ _compiling = getattr(torch.compiler, "is_compiling", None)
 
 
 def _bypass() -> bool:
-    return (_transforms is None or _transforms()) or (_compiling is not None and _compiling())
+    # Compiling is asked first: Dynamo reads is_compiling() as a constant, while tracing the functorch query
+    # (torch 2.4) is a graph break.
+    return (_compiling is not None and _compiling()) or _transforms is None or _transforms()
 
 
 def _held(value: Any) -> tuple[Any, int]:
