@@ -48,7 +48,7 @@ def test_tokens_equal_making_the_tables_per_layer(monkeypatch: pytest.MonkeyPatc
     runs = []
     for bypass in (False, True):
         if bypass:
-            monkeypatch.setattr(_per_step, "_bypass", lambda: True)
+            monkeypatch.setattr(_per_step, "transforms_active", lambda: True)
         greedy = hndl.generate(m, ids, 8, kv_cache=kv_cache)
         sampled = hndl.generate(m, ids, 8, kv_cache=kv_cache, do_sample=True, temperature=1.5, seed=3)
         runs.append((greedy, sampled))

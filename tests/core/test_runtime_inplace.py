@@ -1,5 +1,6 @@
 """With no gradient recorded, the fast path writes an add into an input nobody else can see, as torchvision's
-``out += identity`` does (hndl/torch/_inline.py, ``in_place_steps``). It
+``out += identity`` does (hndl/torch/_inline.py, ``in_place_steps``; the writes while gradients are recorded:
+test_runtime_in_place_with_grad.py). It
 must never write into anything a user holds: a graph input or output, a parameter, a value another node reads,
 or whatever a layer returned without making it new."""
 
@@ -18,10 +19,15 @@ def built(spec: str) -> hndl.GraphModule:
     return hndl.build(hndl.loads(spec)).eval()
 
 
-def written_into(model: hndl.GraphModule) -> dict[str, int]:
-    """Which steps may write into an input, by node name -> the input's position."""
+def written_into(model: hndl.GraphModule, *, grad: bool = False) -> dict[str, int]:
+    """Which steps may write into an input with no gradient recorded (``grad``: while one is), by node name ->
+    the input's position."""
     steps = in_place_steps(model.plan, model._leaves(), model._runtime.forms, model._runtime.hooked)
-    return {model.plan.steps[i].node.qualname: step.operand for i, step in steps.items()}
+    return {
+        model.plan.steps[i].node.qualname: step.operand
+        for i, step in steps.items()
+        if (step.with_grad if grad else step.without_grad)
+    }
 
 
 def test_a_resnet_writes_its_relus_and_residual_adds_in_place_and_computes_the_same():
@@ -32,7 +38,8 @@ def test_a_resnet_writes_its_relus_and_residual_adds_in_place_and_computes_the_s
         model(x)
         assert torch.equal(model(x), expected)
     assert "layer1.0.add" in written_into(model)
-    assert "relu" not in written_into(model)  # ReLUs run out of place (slower in place on small activations)
+    assert "relu" not in written_into(model)  # no-grad ReLUs run out of place (slower in place there)
+    assert "relu" in written_into(model, grad=True)  # with gradients they write into the BatchNorm's output
     assert model.code.count(".add_(") == 8  # one residual add per basic block
     out = model.train()(x)  # gradients on: every step out of place, and backward works
     out.sum().backward()

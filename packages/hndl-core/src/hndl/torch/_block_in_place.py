@@ -40,7 +40,8 @@ from .._plan import Step
 from .._saved import saves
 from . import layers
 from ._guards import global_hooks_active, hook_dicts
-from ._inline import _FRESH, _storage_users, _use_count
+from ._inline import _FRESH, KEEPS_NO_OUTPUT, _storage_users, _use_count
+from ._tracing import transforms_active
 
 __all__ = ["in_place_operands", "may_write", "write"]
 
@@ -66,7 +67,7 @@ def in_place_operands(steps: Sequence[Step], inputs: Sequence[str], outputs: Seq
                 if producer is None or value in caller or readers[value] != 1:
                     continue
                 made = steps[producer]
-                if len(made.outputs) == 1 and saves(made.node) in ("none", "inputs"):
+                if len(made.outputs) == 1 and saves(made.node) in KEEPS_NO_OUTPUT:
                     choice = (operand, producer)
                     break
         found.append(choice)
@@ -77,13 +78,6 @@ def in_place_operands(steps: Sequence[Step], inputs: Sequence[str], outputs: Seq
 
 def _unobserved(module: Any) -> bool:
     return not any(hook_dicts(module)) and "forward" not in module.__dict__
-
-
-def _transforms_active() -> bool:
-    active = getattr(torch._C, "_are_functorch_transforms_active", None)
-    compiling = getattr(torch.compiler, "is_compiling", None)
-    # Compiling first: Dynamo reads is_compiling() as a constant; tracing the functorch query breaks the graph.
-    return (compiling is not None and compiling()) or active is None or active()
 
 
 def _held_by_list_alone() -> tuple[int, int] | None:
@@ -108,7 +102,7 @@ def may_write(op: str, module: Any, producer: Any, args: list[Any], operand: int
         return False
     if not (_unobserved(module) and _unobserved(producer)) or global_hooks_active():
         return False
-    if not torch.is_grad_enabled() or _transforms_active():
+    if not torch.is_grad_enabled() or transforms_active():
         return False
     if not all(type(a) is torch.Tensor for a in args):
         return False

@@ -70,6 +70,18 @@ def module_expr(path: Sequence[str]) -> str:
 CALL, FORWARD = "call", "forward"
 
 
+def _may_write(i: int, step: InPlace, value: str) -> str:
+    """The condition under which step ``i`` writes into the local ``value``: its producer's class still has the
+    ``forward`` the rule judged (``q{i}.forward is g{i}``), and the frame alone holds the tensor, by the check of
+    the mode the call runs in (``nograd`` is read once per call)."""
+    judged = f"q{i}.forward is g{i}"
+    if step.without_grad and step.with_grad:
+        return f"{judged} and (alone({value}) if nograd else alone_grad({value}))"
+    if step.without_grad:
+        return f"nograd and {judged} and alone({value})"
+    return f"not nograd and {judged} and alone_grad({value})"
+
+
 def compile_graph(
     plan: Plan,
     forms: Sequence[str | Inline],
@@ -86,10 +98,10 @@ def compile_graph(
             ``nn.Module.__call__``: a hook, a compiled layer), :data:`FORWARD` (``m3.forward(...)``), or the
             layer's forward written out (an :class:`._inline.Inline`), guarded by ``k3.forward is f3`` so a
             patched class runs its own code.
-        in_place: the steps that may write into an input with no gradient recorded (:func:`._inline.in_place_steps`);
-            their line tests ``nograd`` (computed once per call), that the input's producer ``q3`` still has
-            the ``forward`` ``g3`` it was judged by, and that nothing but this frame holds the input
-            (``alone``, :func:`._inline.sole_owner`).
+        in_place: the steps that may write into an input (:func:`._inline.in_place_steps`); their line tests
+            ``nograd`` (computed once per call) against the step's modes, that the input's producer ``q3`` still
+            has the ``forward`` ``g3`` it was judged by, and that nothing but this frame holds the input
+            (``alone``, :func:`._inline.sole_owner`; ``alone_grad``, :func:`._inline.sole_owner_with_grad`).
         stores: the terms of the stores record's comparison, as source (``StoresRecord.terms``).
         signature: the signature condition, as source (:func:`._guards.signature_guard`).
         label: a readable name for the fake file (the graph name).
@@ -124,9 +136,7 @@ def compile_graph(
             if i in in_place and form.in_place is not None:
                 written_into = in_place[i].operand
                 other = ins[1 - written_into] if len(ins) == 2 else ""
-                fields.update(
-                    t=ins[written_into], o=other, may=f"nograd and q{i}.forward is g{i} and alone({ins[written_into]})"
-                )
+                fields.update(t=ins[written_into], o=other, may=_may_write(i, in_place[i], ins[written_into]))
                 template = form.in_place
             call = f"{template.format(**fields)} if k{i}.forward is f{i} else m{i}.forward({call_args})"
         else:

@@ -1,5 +1,5 @@
-"""Layers whose ``forward`` the fast path writes out in place of calling it, and the adds among them that may
-write into an input when no gradient is recorded (:func:`in_place_steps`).
+"""Layers whose ``forward`` the fast path writes out in place of calling it, and the adds and ReLUs among them
+that may write into an input nobody else can see (:func:`in_place_steps`).
 
 ``torch.nn.Linear.forward`` is ``F.linear(input, self.weight, self.bias)``; called as a method it costs a
 Python frame and, for each parameter, a trip through ``nn.Module.__getattr__``: about 0.4 us per linear layer,
@@ -36,9 +36,11 @@ from torch import nn
 from .. import ops as _ops  # noqa: F401  (the built-in ops, whose declarations _FRESH is derived from)
 from .._plan import Plan
 from .._registry import OpDef, registry
+from .._saved import saves
 from . import layers
+from ._tracing import transforms_active
 
-__all__ = ["InPlace", "Inline", "in_place_steps", "inline_for", "sole_owner"]
+__all__ = ["InPlace", "Inline", "in_place_steps", "inline_for", "sole_owner", "sole_owner_with_grad"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class Inline:
     #: The form that may write into operand ``{t}`` (the other is ``{o}``) where ``{may}`` holds (see
     #: :func:`in_place_steps`); None for a layer that never does.
     in_place: str | None = None
+    #: Whether that form also writes with no gradient recorded (ReLU's does not: see its row).
+    in_place_without_grad: bool = True
     arity: int = 1  # how many inputs forward takes
 
     def reads_what_forward_reads(self, module: Any) -> bool:
@@ -72,10 +76,18 @@ class Inline:
 # compares their results with the class's forward).
 _TABLE: dict[type, Inline] = {
     nn.Linear: Inline("F.linear({x}, {p}['weight'], {p}['bias'])", nn.Linear.forward, ("weight", "bias")),
-    # No in-place form for ReLU: written into its input, conv_stack at batch 16 ran 6-15% slower (CPU time,
-    # the relu's input then lives on through the max-pool, and the next convolution's output needs fresh
-    # memory), while ResNet-50 gained only 2% more than from its adds alone (IMPLEMENTATION.md).
-    nn.ReLU: Inline("F.relu({x}, inplace={d}['inplace'])", nn.ReLU.forward, settings=("inplace",)),
+    # ReLU writes in place only while gradients are recorded. Without them, written into its input, conv_stack
+    # at batch 16 ran 6-15% slower (CPU time, the relu's input then lives on through the max-pool, and the next
+    # convolution's output needs fresh memory), while ResNet-50 gained only 2% more than from its adds alone
+    # (IMPLEMENTATION.md). With them the output lives on anyway (ReLU's backward keeps it), so in place saves
+    # an allocation and a pass over memory, as torchvision's ``inplace=True``.
+    nn.ReLU: Inline(
+        "F.relu({x}, inplace={d}['inplace'])",
+        nn.ReLU.forward,
+        settings=("inplace",),
+        in_place="(F.relu({t}, inplace=True) if ({may}) else F.relu({x}, inplace={d}['inplace']))",
+        in_place_without_grad=False,
+    ),
     layers.Add: Inline(
         "{x0} + {x1}",
         layers.Add.forward,
@@ -214,33 +226,49 @@ _FRESH.update(fresh_layers(_BUILT_IN))
 _PASSING: dict[type, Any] = passing_layers(_BUILT_IN)
 
 
+#: What a producer's backward may keep (``hndl._saved.saves``) for its output to be written while gradients are
+#: recorded: nothing of it.
+KEEPS_NO_OUTPUT = ("none", "inputs")
+
+
 @dataclass(frozen=True)
 class InPlace:
-    """A step that may write into one of its inputs: which one, and the producer of that input (its class and
-    the ``forward`` it was judged by, compared again on every call: a class patched to return its input then
-    stops the write)."""
+    """A step that may write into one of its inputs: which one, the producer of that input (its class and the
+    ``forward`` it was judged by, compared again on every call: a class patched to return its input then stops
+    the write), and in which of the two modes it may."""
 
     operand: int
     producer: type
     producer_forward: Any
+    without_grad: bool = True  # with no gradient recorded
+    with_grad: bool = False  # while gradients are recorded
 
 
 def in_place_steps(
     plan: Plan, leaves: Sequence[Any], forms: Sequence[Any], observed: Sequence[bool]
 ) -> dict[int, InPlace]:
-    """The steps whose written-out form may write into an input, with no gradient recorded (``torch.no_grad``,
-    ``inference_mode``), as torchvision's ``out += identity`` does.
+    """The steps whose written-out form may write into an input, as torchvision's ``relu(inplace=True)`` and
+    ``out += identity`` do, and in which modes.
 
-    A step qualifies when its form has an in-place variant (hndl's Add) and one input is *private*: made by an
-    earlier step whose layer returns a new tensor and is not observed (``observed[i]``: the layer runs through
-    ``nn.Module.__call__`` because a forward hook, a global module hook or ``compile()`` may see or replace its
-    output), read by this step alone, and not a graph output. A layer that returns a new tensor or its input
-    itself (a ReLU a user may set ``inplace``, dropout and ``drop_path`` in eval mode: :func:`passing_layers`)
-    makes its output private when its input is. An add writes only where the operands
+    A step qualifies when its form has an in-place variant (hndl's Add, ReLU) and one input is *private*: made
+    by an earlier step whose layer returns a new tensor and is not observed (``observed[i]``: the layer runs
+    through ``nn.Module.__call__`` because a forward hook, a global module hook or ``compile()`` may see or
+    replace its output), read by this step alone, and not a graph output. A layer that returns a new tensor or
+    its input itself (a ReLU a user may set ``inplace``, dropout and ``drop_path`` in eval mode:
+    :func:`passing_layers`) makes its output private when its input is. An add writes only where the operands
     already have the result's shape and dtype (checked on each call: under autocast the static dtypes do not
-    hold) and where :func:`sole_owner` finds, on that call, that nothing but the generated frame holds the tensor
-    or its memory (a patched ``torch.nn.functional`` that returns its input or a weight). With gradients on,
-    every step runs out of place: autograd may have saved the input for the backward pass.
+    hold), and every write only where, on that call, nothing but the generated frame holds the tensor or its
+    memory (:func:`sole_owner`: a patched ``torch.nn.functional`` that returns its input or a weight).
+
+    The modes:
+
+    - ``without_grad`` (``torch.no_grad``, ``inference_mode``): adds, not ReLUs (slower in place there).
+    - ``with_grad``: autograd may have kept the operand for backward, so the operand's producer must be one of
+      the layers that return a new tensor (not one passing its input on) and its op must keep nothing of its
+      output (``hndl._saved.saves``: ``none`` or ``inputs``, as a convolution, batch norm, linear or add; not a
+      ReLU, sigmoid or softmax). No other op can have kept it: this step is its only reader. On the call,
+      :func:`sole_owner_with_grad` adds that no ``torch.func`` transform or compile trace runs and that the
+      tensor is a plain one autograd lets be written (not a view, not a leaf that requires grad).
     """
     readers = Counter(v for step in plan.steps for v in step.inputs)
     outputs = set(plan.output_ids)
@@ -263,9 +291,13 @@ def in_place_steps(
             continue
         for operand, value in enumerate(step.inputs):
             if is_private(value) and step.inputs.count(value) == 1:
-                made_by = leaves[producer[value]]
-                found[i] = InPlace(operand, type(made_by), type(made_by).forward)
-                break
+                made = producer[value]
+                made_by = type(leaves[made])
+                fresh_maker = _FRESH.get(made_by) is made_by.forward
+                with_grad = fresh_maker and saves(plan.steps[made].node) in KEEPS_NO_OUTPUT
+                if form.in_place_without_grad or with_grad:
+                    found[i] = InPlace(operand, made_by, made_by.forward, form.in_place_without_grad, with_grad)
+                    break
     return found
 
 
@@ -309,6 +341,23 @@ def sole_owner(t: Any) -> bool:
     and no other tensor on its memory. Anything unusual (a tensor subclass without a plain storage) answers
     False, which only means out of place."""
     if _ALONE is None or sys.getrefcount(t) != _ALONE[0]:
+        return False
+    try:
+        return _storage_users(t) == _ALONE[1]
+    except Exception:
+        return False
+
+
+def sole_owner_with_grad(t: Any) -> bool:
+    """:func:`sole_owner` while gradients are recorded, for a value whose producer keeps nothing of it: also a
+    plain tensor, not a view (a write into one rebases autograd's record of its base), not a leaf that requires
+    grad (autograd refuses the write), and no ``torch.func`` transform or compile trace running (its tensors are
+    wrappers or stand-ins, whose counts mean something else)."""
+    # The reference count is read first, before any other name here holds the tensor (the count sole_owner is
+    # calibrated by: a local passed to a function that reads it).
+    if _ALONE is None or sys.getrefcount(t) != _ALONE[0]:
+        return False
+    if type(t) is not torch.Tensor or transforms_active() or t._base is not None or (t.is_leaf and t.requires_grad):
         return False
     try:
         return _storage_users(t) == _ALONE[1]

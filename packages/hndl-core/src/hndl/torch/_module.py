@@ -39,7 +39,7 @@ from ._guards import (
     signature_guard,
     take_record,
 )
-from ._inline import Inline, in_place_steps, inline_for, sole_owner
+from ._inline import Inline, in_place_steps, inline_for, sole_owner, sole_owner_with_grad
 from ._state import BuildState, walk_modules
 from ._symbolic import SymbolicCheck, proven_for_all_bindings
 from ._validate import (
@@ -397,6 +397,7 @@ class GraphModule(nn.Module):
         namespace["F"] = _functional
         namespace["grad_enabled"] = torch.is_grad_enabled
         namespace["alone"] = sole_owner
+        namespace["alone_grad"] = sole_owner_with_grad
         execute = make_function(compiled.execute, namespace)
         unchecked = current.unchecked if current is not None and current.compiled is compiled else None
         if unchecked is None:

@@ -30,6 +30,8 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
+from ._tracing import transforms_active
+
 __all__ = ["shared"]
 
 T = TypeVar("T")
@@ -37,15 +39,6 @@ T = TypeVar("T")
 #: name -> (the inputs as ``(value, version)`` pairs, the value made from them). One entry a name: a decoding
 #: step's layers ask in turn for the same inputs, and the next step's offset replaces the entry.
 _LAST: dict[str, tuple[tuple[tuple[Any, int], ...], Any]] = {}
-
-_transforms = getattr(torch._C, "_are_functorch_transforms_active", None)
-_compiling = getattr(torch.compiler, "is_compiling", None)
-
-
-def _bypass() -> bool:
-    # Compiling is asked first: Dynamo reads is_compiling() as a constant, while tracing the functorch query
-    # (torch 2.4) is a graph break.
-    return (_compiling is not None and _compiling()) or _transforms is None or _transforms()
 
 
 def _held(value: Any) -> tuple[Any, int]:
@@ -78,7 +71,7 @@ def _same(held: tuple[tuple[Any, int], ...], inputs: tuple[Any, ...]) -> bool:
 def shared(name: str, inputs: tuple[Any, ...], make: Callable[[], T]) -> T:
     """``make()``, or what it gave last under ``name`` when ``inputs`` are the same as then (see the module
     docstring); ``inputs`` must hold everything the value depends on."""
-    if _bypass() or any(isinstance(v, Tensor) and v.requires_grad for v in inputs):
+    if transforms_active() or any(isinstance(v, Tensor) and v.requires_grad for v in inputs):
         return make()  # a value made from a tensor that requires grad belongs to one forward's graph
     inputs = (*inputs, torch.is_inference_mode_enabled())
     last = _LAST.get(name)
