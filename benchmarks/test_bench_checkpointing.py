@@ -42,8 +42,9 @@ SMALL = os.environ.get("HNDL_BENCH_CHECKPOINT_SCALE") == "small"
 GPT2 = {"n_layer": 4, "n_embd": 128, "n_head": 4, "n_positions": 256, "vocab_size": 1000} if SMALL else {}
 GPT2_DIMS = {"B": 2, "T": 128} if SMALL else {"B": 4, "T": 512}
 RESNET_DIMS = {"B": 4, "H": 64, "W": 64} if SMALL else {"B": 16, "H": 224, "W": 224}
-# Interleaved rounds of one step each; more rounds narrow the fastest-round estimate (a full-size resnet50 row
-# read 0.95-1.01x over four runs of 4 rounds with the same kernels on both sides).
+# Interleaved rounds of one step each. Between processes the full-size resnet50 row (a), the same kernels on
+# both sides, read 0.95-1.04x in seven runs (one of them 10 rounds: 1.018x), so more rounds do not remove the
+# spread from run to run (docs/training-memory.md).
 ROUNDS = int(os.environ.get("HNDL_BENCH_CHECKPOINT_ROUNDS", "2" if SMALL else "4"))
 TIMING = {"rounds": ROUNDS, "repeat": 1}
 
