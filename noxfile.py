@@ -288,5 +288,6 @@ def reference(session: nox.Session) -> None:
     args = session.posargs or ["tests/zoo", "tests/docs/test_doc_examples.py"]
     # Pinned malloc thresholds, as in `bench`: the zoo and checkpointing benchmarks run here. Unpinned, a resnet50
     # training step at batch 16 page-faulted 150,000-470,000 times, differently on each side and each step
-    # (3-4% of the step), and the same kernels on both sides read 0.95-1.02x; pinned, 0 faults once warm.
+    # (3-4% of the step), and the same kernels on both sides read 0.95-1.02x; pinned, 0-125,000 times (a loop
+    # allocating and freeing one 51 MB tensor, pinned, still grew the heap and faulted it in every time).
     session.run("pytest", "-q", "-p", "no:cacheprovider", *args, env=PINNED_MALLOC)

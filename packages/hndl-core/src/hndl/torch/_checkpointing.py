@@ -11,12 +11,14 @@ the fast path with every check in place. SPEC 16 is the behaviour.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.func import functional_call
+from torch.nn.modules.batchnorm import _NormBase
 from torch.utils.checkpoint import checkpoint
 
 from .. import _memory
@@ -41,7 +43,12 @@ class Recompute:
     The recomputation runs in backward, maybe after ``torch.func.functional_call`` has put the model's own
     tensors back: it would then recompute with other weights than the forward used, and give wrong gradients.
     So the forward hands the checkpoint the block's registered tensors as they are, and a recomputation that
-    finds others registered runs the block with those it was given."""
+    finds others registered runs the block with those it was given.
+
+    A BatchNorm in train mode moves its running statistics (and counts the batch) each time it runs, and the
+    recomputation is a second run of the same batch: torch's checkpointing moves them twice per step. Here what
+    a recomputation moves is put back (:func:`_statistics_kept`), so after a step they are what they would be
+    without checkpointing."""
 
     __slots__ = ("block",)
 
@@ -50,16 +57,48 @@ class Recompute:
 
     def __call__(self, *inputs: Any) -> Any:
         if torch.is_grad_enabled():
-            return checkpoint(self._run, _registered(self.block), *inputs, use_reentrant=False)
+            # ``runs`` counts the calls of this checkpoint's function: the forward's, then each recomputation's.
+            runs = [0]
+            return checkpoint(self._run, runs, _registered(self.block), *inputs, use_reentrant=False)
         return self.block(*inputs)
 
     forward = __call__  # the generated call's FORWARD form reads ``.forward``
 
-    def _run(self, tensors: dict[str, torch.Tensor], *inputs: Any) -> Any:
+    def _run(self, runs: list[int], tensors: dict[str, torch.Tensor], *inputs: Any) -> Any:
+        runs[0] += 1
+        if runs[0] == 1:
+            return self._call(tensors, inputs)
+        with _statistics_kept(self.block, tensors):
+            return self._call(tensors, inputs)
+
+    def _call(self, tensors: dict[str, torch.Tensor], inputs: tuple[Any, ...]) -> Any:
         now = _registered(self.block)
         if now.keys() == tensors.keys() and all(now[k] is t for k, t in tensors.items()):
             return self.block(*inputs)
         return functional_call(self.block, tensors, inputs, tie_weights=False, strict=False)
+
+
+@contextmanager
+def _statistics_kept(block: nn.Module, tensors: dict[str, torch.Tensor]) -> Iterator[None]:
+    """Put back, when it closes, the running statistics and batch counts of the norms below ``block`` that move
+    them (train mode, ``track_running_stats``), as ``tensors`` (what the recomputation runs with) holds them.
+
+    The recomputation itself runs the norms as the forward did, moving the statistics again: it must save for
+    backward the same tensors as the forward (torch's checkpoint counts them), which rules out running without
+    the running buffers; putting back a few per-channel vectors afterwards costs next to nothing."""
+    kept = []
+    for name, module in block.named_modules():
+        if isinstance(module, _NormBase) and module.training and module.track_running_stats:
+            for leaf in ("running_mean", "running_var", "num_batches_tracked"):
+                found = tensors.get(f"{name}.{leaf}" if name else leaf)
+                if found is not None:
+                    kept.append((found, found.clone()))
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, value in kept:
+                buffer.copy_(value)
 
 
 def _registered(block: nn.Module) -> dict[str, torch.Tensor]:
