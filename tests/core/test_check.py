@@ -125,6 +125,24 @@ def test_a_graph_without_outputs_is_e_ref():
     assert p.message == "graph 'empty' declares no outputs"
 
 
+@pytest.mark.parametrize("read", [True, False])
+def test_subgraph_without_outputs_is_e_ref_not_an_assertion(read: bool) -> None:
+    # Was (found by nox -s fuzz): a subgraph with `outputs: []` gave its node no output type, a node reading it
+    # went unchecked with no problem reported, and hndl.check failed on an internal assertion.
+    block = hndl.Graph("block")
+    block.add("linear", block.input("h", ("B", 4)), name="up", out_features=4)
+    g = hndl.Graph("g")
+    x = g.input("x", ("B", 4))
+    g.graphs["block"] = block
+    stack = g.add("graph", x, name="stack", graph="block")
+    g.output(g.add("linear", stack if read else x, name="out", out_features=2))
+    (p,) = problems(g)
+    assert p.code == "E_REF"
+    assert p.node == "stack"
+    assert p.message == "graph 'block' declares no outputs"
+    assert p.hint == "add an 'outputs:' list to graph 'block'"
+
+
 def test_cycles_are_listed():
     g = hndl.Graph()
     g.input("x", ("B", 4))

@@ -708,6 +708,16 @@ class _Checker:
                 hint=suggestion(name, self.library) or "define it under 'graphs:'",
             )
             return None
+        if not sub.outputs:
+            # As for the top-level graph: a subgraph that returns nothing gives its node no output, and a node
+            # reading that node would otherwise be left unchecked with nothing said.
+            report(
+                "E_REF",
+                f"graph {excerpt(name)} declares no outputs",
+                key="graph",
+                hint=f"add an 'outputs:' list to graph {excerpt(name)}",
+            )
+            return None
         if name in self.active:  # a use through a graph parameter ('graph: $g'); written names were seen before
             report("E_CYCLE", "graph uses itself: " + " -> ".join([*self.active, name]), key="graph")
             return None
