@@ -19,6 +19,7 @@ from typing import Any
 from ._check import CheckedNode
 from ._contracts import Variadic
 from ._dims import Dim, Poly, dim_add, dim_mul
+from .ops._attention_ports import AttentionPorts
 
 __all__ = ["MACS", "DTYPE_BYTES", "macs", "numel", "output_bytes"]
 
@@ -118,8 +119,8 @@ def _attention(node: CheckedNode) -> Dim | None:
     if x is None or len(x) != 3:
         return None
     b, t, d = x
-    extra = len(node.in_types) - 1 - int(p.masked) - int(p.get("score_bias", False))
-    kv = node.in_types[1].shape if extra == 1 else None
+    kv_type = AttentionPorts.of(p, len(node.in_types)).pick(node.in_types, "kv")
+    kv = None if kv_type is None else kv_type.shape
     heads = p.num_heads
     kv_heads = p.get("kv_heads") or heads
     head_dim = p.get("head_dim") or d // heads

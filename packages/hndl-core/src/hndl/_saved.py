@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from ._check import CheckedNode
 from ._costs import numel
 from ._dims import Dim, dim_add, dim_mul
+from .ops._attention_ports import AttentionPorts
 
 __all__ = ["INNER", "PASSES_GRADIENT", "SAVES", "inner", "saves"]
 
@@ -36,6 +37,8 @@ SAVES: Mapping[str, str] = {
             *("round", "floor", "ceil", "sign", "positions", "attention_mask", "buffer", "parameter"),
             # The registered cos/sin tables, or a per-sample noise of B elements: not activations.
             *("rotary", "drop_path"),
+            # A lookup of a learned table by integer buckets (an embedding's backward needs only the indices).
+            "relative_position_bias",
         ),
         "none",
     ),
@@ -56,6 +59,9 @@ SAVES: Mapping[str, str] = {
     ),
     # scaled_dot_product_attention keeps the queries, keys, values and its output (and a log-sum-exp row).
     "sdpa": "both",
+    # The recurrent layers keep their input and every step's hidden (and cell) state, which make the output.
+    "lstm": "both",
+    "gru": "both",
     # Attention keeps its input (the projections read it); what it makes inside is INNER's row.
     "attention": "inputs",
     # The dropout mask, one byte per element, is INNER's row; the output itself is kept by whoever needs it.
@@ -83,8 +89,8 @@ def _attention(node: CheckedNode) -> list[tuple[Dim, str]] | None:
     head_dim = p.get("head_dim") or d // heads
     tokens = dim_mul(b, t)
     # q and the output at T tokens; k and v at the source's (x itself, or the kv input's S tokens).
-    extra = len(node.in_types) - 1 - int(p.masked) - int(p.get("score_bias", False))
-    kv = node.in_types[1].shape if extra == 1 else None
+    kv_type = AttentionPorts.of(p, len(node.in_types)).pick(node.in_types, "kv")
+    kv = None if kv_type is None else kv_type.shape
     sources = tokens if kv is None or len(kv) != 3 else dim_mul(kv[0], kv[1])
     copies = 2 if p.get("rope") else 1
     queries = dim_mul(tokens, (copies + 1) * heads * head_dim)

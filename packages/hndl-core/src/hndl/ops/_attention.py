@@ -13,6 +13,7 @@ from .._contracts import TensorType, dtype_satisfies, format_shape
 from .._dims import Dim, dim_add
 from .._param_types import ParamType, describe_value, excerpt
 from .._registry import InferError, Param, Params, Port, op
+from ._attention_ports import AttentionPorts
 from ._common import broadcast_shapes, open_at
 from ._positions import ROPE, check_rope
 
@@ -159,11 +160,8 @@ def projection_bias(value: Any) -> tuple[str, ...]:
 
 def _attention_inputs(p: Params, inputs: Sequence[TensorType]) -> tuple[TensorType | None, TensorType | None]:
     """The ``kv`` and ``score_bias`` inputs of an attention node, by the ports its parameters open."""
-    tail = 3 * int(p.cache) + 2 * int(p.past) + int(p.position_ids)
-    body = inputs[: len(inputs) - tail]
-    extra = len(body) - 1 - int(p.masked) - int(p.score_bias)
-    kv = body[1] if extra == 1 else None
-    return kv, (body[-1] if p.score_bias else None)
+    ports = AttentionPorts.of(p, len(inputs))
+    return ports.pick(inputs, "kv"), ports.pick(inputs, "score_bias")
 
 
 def _check_cache(p: Params, inputs: Sequence[TensorType], kv_heads: int, head_dim: int) -> None:
@@ -172,9 +170,9 @@ def _check_cache(p: Params, inputs: Sequence[TensorType], kv_heads: int, head_di
     if not p.cache:
         return
     _causal_self_attention(p, inputs, "cache", "the cached ones", "[B, M] over the cache's slots")
-    tail = inputs[len(inputs) - 3 - int(p.position_ids) :]
+    ports = AttentionPorts.of(p, len(inputs))
     _check_cache_heads(
-        zip(("cache_k", "cache_v"), tail[:2]),
+        ((port, ports.take(inputs, port)) for port in ("cache_k", "cache_v")),
         kv_heads,
         head_dim,
         "M",
@@ -228,8 +226,8 @@ def _causal_self_attention(p: Params, inputs: Sequence[TensorType], param: str, 
 
 def _past_of(p: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, TensorType]:
     """The ``past_k`` and ``past_v`` inputs of a node with ``past: true``."""
-    at = len(inputs) - 2 - int(p.position_ids)
-    return inputs[at], inputs[at + 1]
+    ports = AttentionPorts.of(p, len(inputs))
+    return ports.take(inputs, "past_k"), ports.take(inputs, "past_v")
 
 
 def _check_past(p: Params, inputs: Sequence[TensorType], kv_heads: int, head_dim: int) -> None:
@@ -318,7 +316,8 @@ def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     _check_cache(p, inputs, kv_heads, head_dim)
     _check_past(p, inputs, kv_heads, head_dim)
     x = inputs[0]
-    kv, bias = _attention_inputs(p, inputs)
+    ports = AttentionPorts.of(p, len(inputs))
+    kv, bias = ports.pick(inputs, "kv"), ports.pick(inputs, "score_bias")
     if kv is not None and kv.shape is not None and open_at(kv.shape) is None and not isinstance(kv.shape[2], int):
         raise InferError(
             f"the width of kv {format_shape(kv.shape)} is not a fixed number",
@@ -332,7 +331,7 @@ def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
         keys = x.shape if kv is None or kv.shape is None or open_at(kv.shape) is not None else kv.shape
         scores = (x.shape[0], p.num_heads, x.shape[1], keys[1])
         if p.cache:
-            cache = inputs[len(inputs) - 3 - int(p.position_ids)].shape
+            cache = ports.take(inputs, "cache_k").shape
             # With a cache the keys are its M slots, the new tokens' written among them.
             scores = None if cache is None or open_at(cache) is not None else (*scores[:3], cache[2])
     outputs = _past_outputs(p, x, inputs, kv_heads, head_dim) if p.past else [x]
@@ -341,7 +340,7 @@ def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
         total = outputs[1].shape
         scores = None if total is None else (*scores[:3], total[2])
     if p.masked:
-        check_mask(inputs[1 + int(kv is not None)], scores)
+        check_mask(ports.take(inputs, "mask"), scores)
     if bias is not None:
         check_mask(bias, scores, port="score_bias", additive=True)
     return outputs
