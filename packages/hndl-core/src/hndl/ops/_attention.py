@@ -1,90 +1,25 @@
 """Attention: the high-level ``attention`` (projections, positions, the attention itself), the low-level
-``sdpa`` on heads, and ``attention_mask``, which turns a padding mask into the rank-4 mask every layer shares.
-
-Masks have one meaning everywhere (:data:`MASK_FORMS`): below rank 4 a mask starts with the batch.
+``sdpa`` on heads. Masks (and the ``attention_mask`` op) are :mod:`._attention_masks`, the key/value caches
+:mod:`._attention_cache`, where each input of a node sits :mod:`._attention_ports`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._contracts import TensorType, dtype_satisfies, format_shape
-from .._dims import Dim, dim_add
+from .._contracts import TensorType, format_shape
+from .._dims import Dim
 from .._param_types import ParamType, describe_value, excerpt
 from .._registry import InferError, Param, Params, Port, op
+from ._attention_cache import check_cache, check_past, past_outputs
+from ._attention_masks import check_mask, check_window
 from ._attention_ports import AttentionPorts
-from ._common import broadcast_shapes, open_at
+from ._common import open_at
 from ._positions import ROPE, check_rope
-
-#: What a mask of each rank means: below rank 4 a mask always starts with the batch, and is read as rank 4 by
-#: inserting the dims it lacks (torch's right-aligned broadcasting would read a padding mask ``[B, S]`` as
-#: ``[T, S]``, which is silently wrong when ``B == T``).
-MASK_FORMS = {2: "a padding mask [B, S]", 3: "[B, T, S]", 4: "broadcastable to [B, num_heads, T, S]"}
 
 #: The projections a ``bias`` list may name, in order.
 PROJECTIONS = ("q", "k", "v", "o")
-
-
-def mask_as_rank4(shape: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A static mask shape as the layer reads it: ``[B, S]`` -> ``[B, 1, 1, S]``, ``[B, T, S]`` -> ``[B, 1, T, S]``."""
-    if len(shape) == 2:
-        return (shape[0], 1, 1, shape[1])
-    if len(shape) == 3:
-        return (shape[0], 1, shape[1], shape[2])
-    return shape
-
-
-def check_mask(mask: TensorType, scores: tuple[Dim, ...] | None, *, port: str = "mask", additive: bool = False) -> None:
-    """A mask (or, ``additive``, a score bias) against the attention scores ``[B, heads, T, S]``.
-
-    A mask is bool (true: attend) or floating (added to the scores); a score bias is floating. Either has rank
-    2 (``[B, S]``), 3 (``[B, T, S]``) or 4, and broadcasts to the scores once read as rank 4.
-
-    Raises:
-        InferError: E_DTYPE for another dtype, E_SHAPE for another rank or a shape that does not fit.
-    """
-    is_bool = dtype_satisfies(mask.dtype, "bool") is True
-    if (additive and dtype_satisfies(mask.dtype, "float") is not True and mask.dtype != "any") or (
-        not additive and not is_bool and dtype_satisfies(mask.dtype, "float") is False
-    ):
-        raise InferError(
-            f"the {port}'s dtype is {mask.dtype}",
-            code="E_DTYPE",
-            port=port,
-            expected="a float added to the scores"
-            if additive
-            else "bool (true: attend) or a float added to the scores",
-            actual=mask.dtype,
-            hint="pass mask.bool() for a 1/0 padding mask (transformers' attention_mask), and declare the input "
-            "with dtype: bool"
-            if not additive and dtype_satisfies(mask.dtype, "int") is True
-            else None,
-        )
-    if mask.shape is None or open_at(mask.shape) is not None or scores is None:
-        return
-    rank = len(mask.shape)
-    if rank not in MASK_FORMS:
-        raise InferError(
-            f"the {port} has rank {rank}",
-            port=port,
-            expected="rank 2 [B, S] (padding), rank 3 [B, T, S] or rank 4 broadcastable to [B, num_heads, T, S]",
-            actual=format_shape(mask.shape),
-            hint="a padding mask is [B, S]: true (or 0.0) where a key may be attended to",
-        )
-    try:
-        broadcast_shapes(scores, mask_as_rank4(mask.shape), ("scores", port))
-    except InferError as exc:
-        what = f"padding {port} " if rank == 2 else f"{port} "
-        read = "" if rank == 4 else f" (read as {format_shape(mask_as_rank4(mask.shape))})"
-        raise InferError(
-            f"the {what}{format_shape(mask.shape)}{read} does not broadcast to the attention scores "
-            f"[B, num_heads, T, S] = {format_shape(scores)}",
-            port=port,
-            expected=f"{MASK_FORMS[rank]}, with {format_shape(scores)} for [B, num_heads, T, S]",
-            actual=format_shape(mask.shape),
-            hint="a mask below rank 4 starts with the batch: [B, S] (padding) or [B, T, S]",
-        ) from exc
 
 
 def _divisors_near(n: int, of: int) -> list[int]:
@@ -92,18 +27,6 @@ def _divisors_near(n: int, of: int) -> list[int]:
     window = range(max(1, n - 1000), min(of, n + 1000) + 1)
     divisors = [h for h in window if of % h == 0] or [1]
     return sorted(sorted(divisors, key=lambda h: (abs(h - n), -h))[:2])
-
-
-def _check_window(p: Params) -> None:
-    if p.window is not None and not p.causal:
-        raise InferError(
-            f"window={p.window} is a sliding window over earlier keys, and causal is false",
-            code="E_PARAM",
-            param="window",
-            expected="causal: true with a window",
-            actual=p.window,
-            hint="set causal: true (Mistral's sliding window), or drop window",
-        )
 
 
 def _check_heads(heads: Dim, kv_heads: Dim, *, param: str | None, port: str | None) -> None:
@@ -164,118 +87,6 @@ def _attention_inputs(p: Params, inputs: Sequence[TensorType]) -> tuple[TensorTy
     return ports.pick(inputs, "kv"), ports.pick(inputs, "score_bias")
 
 
-def _check_cache(p: Params, inputs: Sequence[TensorType], kv_heads: int, head_dim: int) -> None:
-    """A static key/value cache: ``cache_k`` and ``cache_v`` ``[B, kv_heads, M, head_dim]`` (their ``B`` and
-    ``M`` agree through the port patterns), an integer offset; only for causal self-attention."""
-    if not p.cache:
-        return
-    _causal_self_attention(p, inputs, "cache", "the cached ones", "[B, M] over the cache's slots")
-    ports = AttentionPorts.of(p, len(inputs))
-    _check_cache_heads(
-        ((port, ports.take(inputs, port)) for port in ("cache_k", "cache_v")),
-        kv_heads,
-        head_dim,
-        "M",
-        "make the cache with the node's kv_heads and head_dim: [B, kv_heads, max_length, head_dim]",
-    )
-
-
-def _check_cache_heads(
-    caches: Iterable[tuple[str, TensorType]], kv_heads: int, head_dim: int, length: str, hint: str
-) -> None:
-    """Each cache input ``[B, kv_heads, <length>, head_dim]`` (a static cache's ``M`` slots, a growing one's ``S``
-    past tokens) has the node's key/value heads and head dim where its shape says them."""
-    for port, cache in caches:
-        shape = cache.shape
-        if shape is None or open_at(shape) is not None or len(shape) != 4:
-            continue
-        for axis, what, want in ((1, "key/value heads", kv_heads), (3, "head dim", head_dim)):
-            if isinstance(shape[axis], int) and shape[axis] != want:
-                raise InferError(
-                    f"the {port} {format_shape(shape)} has {shape[axis]} as its {what}, and the node has {want}",
-                    port=port,
-                    expected=f"[B, {kv_heads}, {length}, {head_dim}] ([B, kv_heads, {length}, head_dim])",
-                    actual=format_shape(shape),
-                    hint=hint,
-                )
-
-
-def _causal_self_attention(p: Params, inputs: Sequence[TensorType], param: str, seen: str, mask: str) -> None:
-    """A key/value cache (``param``: ``cache`` or ``past``) is for causal self-attention: each new token attends
-    to ``seen`` and itself, and the padding mask spans ``mask``."""
-    if not p.causal:
-        raise InferError(
-            f"{param} is true and causal is false",
-            code="E_PARAM",
-            param=param,
-            expected=f"causal: true with a {param} (each new token attends to {seen} and itself)",
-            actual=p[param],
-            hint=f"set causal: true, and pass the padding mask {mask} as the mask",
-        )
-    kv, _ = _attention_inputs(p, inputs)
-    if kv is not None:
-        raise InferError(
-            f"a {'growing ' if param == 'past' else ''}key/value cache is for self-attention, and this node has a "
-            "kv input",
-            code="E_PARAM",
-            param=param,
-            expected=f"no kv input with {param}: true",
-            actual="a kv input",
-        )
-
-
-def _past_of(p: Params, inputs: Sequence[TensorType]) -> tuple[TensorType, TensorType]:
-    """The ``past_k`` and ``past_v`` inputs of a node with ``past: true``."""
-    ports = AttentionPorts.of(p, len(inputs))
-    return ports.take(inputs, "past_k"), ports.take(inputs, "past_v")
-
-
-def _check_past(p: Params, inputs: Sequence[TensorType], kv_heads: int, head_dim: int) -> None:
-    """A growing key/value cache: ``past_k`` and ``past_v`` ``[B, kv_heads, S, head_dim]`` (``S`` may be 0; their
-    ``B`` and ``S`` agree through the port patterns); only for causal self-attention, and not with ``cache``."""
-    if not p.past:
-        return
-    if p.cache:
-        raise InferError(
-            "cache and past are both true: a node has one key/value cache, static or growing",
-            code="E_PARAM",
-            param="past",
-            expected="cache: true (a static cache written in place) or past: true (a growing one), not both",
-            actual=True,
-            hint="a static cache preallocates max_length slots; a growing one returns past and new concatenated",
-        )
-    _causal_self_attention(p, inputs, "past", "the past ones", "[B, S+T] over the past and new slots")
-    _check_cache_heads(
-        zip(("past_k", "past_v"), _past_of(p, inputs)),
-        kv_heads,
-        head_dim,
-        "S",
-        "the past keys and values are an earlier call's node.1 and node.2: [B, kv_heads, S, head_dim], S = 0 "
-        "before the first call",
-    )
-
-
-def _past_outputs(
-    p: Params, x: TensorType, inputs: Sequence[TensorType], kv_heads: int, head_dim: int
-) -> list[TensorType]:
-    """The outputs of a node with ``past: true``: ``y``, the keys and values past and new ``[B, kv_heads, S+T,
-    head_dim]``, and the new tokens' own ``[B, kv_heads, T, head_dim]``."""
-    past_k, past_v = _past_of(p, inputs)
-    batch = length = total = None
-    if x.shape is not None and open_at(x.shape) is None and len(x.shape) == 3:
-        batch, length = x.shape[0], x.shape[1]
-    for past in (past_k, past_v):
-        if past.shape is not None and open_at(past.shape) is None and len(past.shape) == 4 and length is not None:
-            total = dim_add(past.shape[2], length)
-            break
-    if batch is None or total is None:
-        unknown = TensorType(None, x.dtype)
-        return [x, unknown, unknown, unknown, unknown]
-    full = TensorType((batch, kv_heads, total, head_dim), x.dtype)
-    new = TensorType((batch, kv_heads, length, head_dim), x.dtype)
-    return [x, full, full, new, new]
-
-
 def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     if p.head_dim is None and p.embed_dim % p.num_heads:
         raise InferError(
@@ -312,9 +123,9 @@ def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
             actual=True,
             hint="give rope ({} for the defaults), or feed the positions to a position embedding instead (GPT-2's wpe)",
         )
-    _check_window(p)
-    _check_cache(p, inputs, kv_heads, head_dim)
-    _check_past(p, inputs, kv_heads, head_dim)
+    check_window(p)
+    check_cache(p, inputs, kv_heads, head_dim)
+    check_past(p, inputs, kv_heads, head_dim)
     x = inputs[0]
     ports = AttentionPorts.of(p, len(inputs))
     kv, bias = ports.pick(inputs, "kv"), ports.pick(inputs, "score_bias")
@@ -334,7 +145,7 @@ def _attention_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
             cache = ports.take(inputs, "cache_k").shape
             # With a cache the keys are its M slots, the new tokens' written among them.
             scores = None if cache is None or open_at(cache) is not None else (*scores[:3], cache[2])
-    outputs = _past_outputs(p, x, inputs, kv_heads, head_dim) if p.past else [x]
+    outputs = past_outputs(p, x, inputs, kv_heads, head_dim) if p.past else [x]
     if p.past and scores is not None:
         # With a past the keys are its S slots and the T new ones, in that order.
         total = outputs[1].shape
@@ -588,7 +399,7 @@ def attention(p: Params, inputs: Sequence[TensorType]) -> Any:
 
 def _sdpa_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     q, k, v = inputs[:3]
-    _check_window(p)
+    check_window(p)
     if q.shape is not None and k.shape is not None and open_at(q.shape) is None and open_at(k.shape) is None:
         _check_heads(q.shape[1], k.shape[1], param=None, port="k")
     scores = None
@@ -644,52 +455,3 @@ def sdpa(p: Params, inputs: Sequence[TensorType]) -> Any:
     from ..torch.layers import SDPA
 
     return SDPA(causal=p.causal, window=p.window, scale=p.scale, dropout=p.dropout)
-
-
-# --- attention_mask -------------------------------------------------------------------------------------
-
-
-def _attention_mask_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
-    _check_window(p)
-    padding = inputs[0]
-    shape = padding.shape
-    if shape is None or open_at(shape) is not None:
-        return [TensorType(None, "bool")]
-    if len(shape) != 2:
-        raise InferError(
-            f"the padding mask has rank {len(shape)}",
-            port="padding",
-            expected="[B, S]",
-            actual=format_shape(shape),
-        )
-    return [TensorType((shape[0], 1, shape[1], shape[1]), "bool")]
-
-
-@op(
-    "attention_mask",
-    returns="new",
-    params=[
-        Param("causal", "bool", default=False, doc="fold in the causal pattern: query i sees keys 0..i"),
-        Param("window", "int", default=None, nullable=True, min=1, doc="with causal: only the window latest keys"),
-    ],
-    inputs=[Port("padding", ["B", "S"], dtype="bool", doc="true for a real token, false for padding")],
-    outputs=[Port("y", ["B", 1, "S", "S"], dtype="bool")],
-    infer=_attention_mask_infer,
-    module="hndl.torch.layers.AttentionMask",
-    inference="window needs causal",
-    example={"op": "attention_mask", "causal": True},
-    input_shape_example=["B", "S"],
-    error_example={"inputs": [{"shape": ["B", "S"], "dtype": "int64"}]},
-)
-def attention_mask(p: Params, inputs: Sequence[TensorType]) -> Any:
-    """A padding mask ``[B, S]`` as self-attention's rank-4 bool mask ``[B, 1, S, S]``.
-
-    Query ``i`` may attend to key ``j`` when ``j`` is a real token, and with ``causal`` when ``j <= i`` (with
-    ``window``, also ``j > i - window``). Made once at the top of a model and passed to every layer (``masked``
-    attention, through ``repeat``'s ``shared`` inputs), as transformers builds its mask once per forward. What a
-    query row with no key allowed gives (left padding under ``causal``) is SDPA's answer: zeros with torch 2.13
-    and 2.14.
-    """
-    from ..torch.layers import AttentionMask
-
-    return AttentionMask(causal=p.causal, window=p.window)
