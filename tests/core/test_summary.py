@@ -183,11 +183,11 @@ def test_factored_text_regroups_strided_output_products_and_nothing_else() -> No
 
 
 def test_wrapped_expressions_break_between_factors() -> None:
-    from hndl._summary import _wrap_expression
+    from hndl._summary_text import wrap_expression
 
-    assert _wrap_expression("9408*B*((H-1)//2+1)*((W-1)//2+1)", 22) == ["9408*B*((H-1)//2+1)*", "((W-1)//2+1)"]
-    assert _wrap_expression("406528*B", 22) == ["406528*B"]
-    assert _wrap_expression("((H-1)//32+1)", 6) == ["((H-1)", "//32+1", ")"]  # only a piece wider than the column
+    assert wrap_expression("9408*B*((H-1)//2+1)*((W-1)//2+1)", 22) == ["9408*B*((H-1)//2+1)*", "((W-1)//2+1)"]
+    assert wrap_expression("406528*B", 22) == ["406528*B"]
+    assert wrap_expression("((H-1)//32+1)", 6) == ["((H-1)", "//32+1", ")"]  # only a piece wider than the column
 
 
 _ATOMS = ["B", "T", "H//2", "(W-1)//2", "(H-1)//4"]

@@ -31,7 +31,8 @@ from ._graph_params import with_sizes
 from ._registry import REQUIRED, OpDef, registry
 from ._resolve import check_subgraph_uses
 from ._spec_dumper import flow_yaml
-from ._summary import _amount, _bind, _shape
+from ._summary import _bind
+from ._summary_text import amount, shape_text
 from .naming import printable
 
 __all__ = ["DEFAULT_DPI", "FORMATS", "Picture", "dot", "draw", "layout", "mermaid", "render"]
@@ -265,7 +266,7 @@ def _graph_and_types(source: Any) -> tuple[Graph, CheckedGraph | None, Any]:
 def _input_shape(checked: CheckedGraph | None, name: str, spec: Any, env: Mapping[str, int]) -> str:
     if checked is not None and name in checked.input_names:
         t = checked.types[checked.input_ids[checked.input_names.index(name)]]
-        return f"{_shape(t.shape, env)} {t.dtype}"
+        return f"{shape_text(t.shape, env)} {t.dtype}"
     return f"{spec.contract.shape} {spec.contract.dtype}"
 
 
@@ -301,7 +302,7 @@ class _Maker:
         shared = f"tied to {', '.join(tied)}" if tied else ""
         if not total:
             return [f"parameters {shared}"] if tied else []
-        return [f"{_amount(total)} params" + (f", {shared}" if tied else "")]
+        return [f"{amount(total)} params" + (f", {shared}" if tied else "")]
 
     def box(self, kind: str, *lines: str) -> Box:
         self.count += 1
@@ -361,7 +362,9 @@ class _Maker:
                     sources[f"{name}.{i}"] = ident
                 continue
             shapes = (
-                ", ".join(_shape(t.shape, self.env) for t in cn.out_types) if cn is not None and cn.out_types else "?"
+                ", ".join(shape_text(t.shape, self.env) for t in cn.out_types)
+                if cn is not None and cn.out_types
+                else "?"
             )
             settings = _settings(opdef, cn.params if cn is not None else node.params) if not is_graph else ""
             box = self.box(

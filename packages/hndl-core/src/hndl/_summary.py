@@ -10,18 +10,19 @@ tensor counted once however many names it has (tied weights).
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from . import _costs
 from ._check import CheckedGraph, CheckedNode, repetition_inputs
 from ._contracts import Variadic, format_shape
-from ._dim_factor import factored_text
-from ._dims import Dim, dim_add, dim_mul, free_symbols, substitute
+from ._dims import Dim, dim_add, dim_mul, free_symbols
 from ._errors import HndlError, Problem
 from ._graph_params import size_parameters
 from ._hints import shape_fix
+from ._summary_text import amount, shape_text, value_at, wrap_expression
+from ._summary_text import table as text_table
 from ._training_memory import TrainingMemory, training_memory
 from .naming import excerpt, printable, suggestion
 
@@ -155,12 +156,12 @@ class Summary:
                 ", ".join(row.inputs),
                 ", ".join(row.output_shapes),
                 f"{row.params:,}" + (" (tied)" if row.tied else ""),
-                _amount(row.macs),
+                amount(row.macs),
             )
             for row in self.rows
         ]
-        # MACs may be an expression: it wraps in its column, at its operators (see _wrap_expression).
-        table = _table(header, cells, right=(4, 5), expressions=(5,), width=width)
+        # MACs may be an expression: it wraps in its column, at its operators (see wrap_expression).
+        table = text_table(header, cells, right=(4, 5), expressions=(5,), width=width)
         uncounted = f" (without {', '.join(self.uncounted)})" if self.uncounted else ""
         label = 13  # the totals' values start in this column; a long one wraps under its label
         ties = [f"{row.name}.{tie}" for row in self.rows for tie in row.tied]
@@ -176,14 +177,14 @@ class Summary:
         # spaces. A symbolic byte count says "bytes": "8096*B B" would read as a symbol.
         bytes_unit = "bytes" if isinstance(self.activation_bytes, str) else "B"
         for name, value, after in (
-            ("MACs:", _amount(self.macs, long=True), uncounted),
+            ("MACs:", amount(self.macs, long=True), uncounted),
             (
                 "activations:",
-                _amount(self.activation_bytes, long=True, unit=bytes_unit),
+                amount(self.activation_bytes, long=True, unit=bytes_unit),
                 "(every node's outputs, one forward)",
             ),
         ):
-            lines = _wrap_expression(value, width - label)
+            lines = wrap_expression(value, width - label)
             if after and len(lines[-1]) + len(after.rstrip()) + 1 <= width - label:
                 lines[-1] += " " + after.strip()
             elif after:
@@ -192,7 +193,7 @@ class Summary:
         if self.cache_bytes is not None:
             unit = "bytes" if isinstance(self.cache_bytes, str) else "B"
             names = ", ".join(self.cache_names or _CACHE_INPUTS)
-            tail.append("kv cache:".ljust(label) + _amount(self.cache_bytes, long=True, unit=unit) + f" ({names})")
+            tail.append("kv cache:".ljust(label) + amount(self.cache_bytes, long=True, unit=unit) + f" ({names})")
         if self.unbound and (isinstance(self.macs, str) or isinstance(self.activation_bytes, str)):
             given = [f"{k}={v}" for k, v in self.dims.items()]
             wanted = [*given, *(f"{name}=..." for name in self.unbound)]
@@ -282,8 +283,8 @@ def summary(
         training = training_memory(model, env, "adamw" if optimizer is None else optimizer, bool(unbound))
     return Summary(
         name=graph.name,
-        inputs={n: _shape(checked.types[v].shape, env) for n, v in zip(checked.input_names, checked.input_ids)},
-        outputs={graph.output_name(i): _shape(t.shape, env) for i, t in enumerate(checked.output_types)},
+        inputs={n: shape_text(checked.types[v].shape, env) for n, v in zip(checked.input_names, checked.input_ids)},
+        outputs={graph.output_name(i): shape_text(t.shape, env) for i, t in enumerate(checked.output_types)},
         dims=dict(dims),
         rows=rows,
         trainable_params=trainable,
@@ -291,9 +292,9 @@ def summary(
         buffer_elements=sum(b.numel() for b in buffers),
         param_bytes=sum(p.numel() * p.element_size() for p in params),
         buffer_bytes=sum(b.numel() * b.element_size() for b in buffers),
-        macs=_value(macs, env) if macs is not None else "unknown",
+        macs=value_at(macs, env) if macs is not None else "unknown",
         uncounted=tuple(maker.uncounted),
-        activation_bytes=_value(activations, env) if activations is not None else "unknown",
+        activation_bytes=value_at(activations, env) if activations is not None else "unknown",
         unbound=unbound,
         training=training,
         cache_bytes=_cache_bytes(model, checked, env, params),
@@ -349,7 +350,7 @@ def _cache_bytes(model: Any, checked: CheckedGraph, env: Mapping[str, Any], para
         if count is None:
             return None
         total = dim_add(total, count)
-    return _value(dim_mul(total, size), env)
+    return value_at(dim_mul(total, size), env)
 
 
 def _dims_from_sizes(checked: CheckedGraph, input_size: Any, dims: Mapping[str, Any]) -> dict[str, int]:
@@ -443,10 +444,10 @@ class _RowMaker:
                 op=node.op,
                 layer=_layer(node, module),
                 inputs=inputs,
-                output_shapes=tuple(_shape(t.shape, self.env) for t in node.out_types),
+                output_shapes=tuple(shape_text(t.shape, self.env) for t in node.out_types),
                 params=sum(p.numel() for p in params),
                 trainable=sum(p.numel() for p in params if p.requires_grad),
-                macs=None if macs is None else _value(macs, self.env),
+                macs=None if macs is None else value_at(macs, self.env),
                 depth=level,
                 tied=tied,
             )
@@ -551,117 +552,3 @@ def _fixed_size(graph: str, name: str, size: Any, built: int) -> Problem:
         hint=f"summarise the graph instead (hndl.summary(graph, {name}=...) builds it at that size), or build "
         f"the model from a graph with params[{name!r}] set",
     )
-
-
-_TOO_LONG = "<a number too long to print>"
-
-
-def _value(d: Dim, env: Mapping[str, int]) -> int | str:
-    """``d`` with ``env`` filled in: an int, or while symbols remain its exact expression, with the products
-    that strided outputs expand into regrouped (``9408*B*((H-1)//2+1)*((W-1)//2+1)``, see ``_dim_factor``).
-    A number too long to print in decimal (a product of literals in a hostile spec can exceed Python's 4,300
-    digits) is described instead."""
-    value = substitute(d, env)
-    if isinstance(value, int):
-        return value if value.bit_length() < 14_000 else _TOO_LONG
-    return factored_text(value)
-
-
-def _dim_text(d: Any) -> str:
-    try:
-        return format_shape([d])[1:-1]
-    except ValueError:
-        return "<a dim too long to print>"
-
-
-def _shape(shape: Sequence[Any] | None, env: Mapping[str, int]) -> str:
-    if shape is None:
-        return "?"
-    filled = [str(d) if isinstance(d, Variadic) else _dim_text(substitute(d, env)) for d in shape]
-    return "[" + ", ".join(filled) + "]"
-
-
-_PREFIXES = ((10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "k"))
-
-
-def _amount(value: int | str | None, *, long: bool = False, unit: str = "") -> str:
-    """A count for the table: ``12.3 M`` (and in the totals the exact number too)."""
-    if value is None:
-        return "?"
-    if isinstance(value, str):
-        return value + (f" {unit}" if unit and long else "")
-    for scale, prefix in _PREFIXES:
-        if value >= scale:
-            short = f"{value / scale:.2f} {prefix}{unit}"
-            return f"{value:,} {unit} ({short})".replace("  ", " ") if long else short
-    return f"{value:,}" + (f" {unit}" if unit else "")
-
-
-def _table(
-    header: Sequence[str],
-    rows: Sequence[Sequence[str]],
-    *,
-    right: Sequence[int],
-    expressions: Sequence[int] = (),
-    width: int,
-) -> list[str]:
-    """Columns sized to their content, then the widest wrappable ones narrowed until the table fits ``width``;
-    a narrowed cell wraps onto more lines: text at spaces where it can, an ``expressions`` column at its
-    operators. ``right`` columns are right-aligned, and the ones that are not expressions never wrap."""
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
-    narrowable = [i for i in range(len(widths)) if i not in right or i in expressions]
-    gap = 2
-    while sum(widths) + gap * (len(widths) - 1) > width:
-        widest = max(narrowable, key=lambda i: widths[i])
-        if widths[widest] <= 10:
-            break  # nothing sensible left to narrow: the table is wider than asked, but whole
-        widths[widest] -= 1
-
-    def wrap(i: int, cell: str, w: int) -> list[str]:
-        if i in expressions:
-            return _wrap_expression(cell, w)
-        if i in right:
-            return [cell]
-        return textwrap.wrap(cell, w, break_on_hyphens=False) or [""]
-
-    def render(cells: Sequence[str]) -> list[str]:
-        wrapped = [wrap(i, cell, w) for i, (cell, w) in enumerate(zip(cells, widths))]
-        # A wrapped expression in a right-aligned column: its lines flush left to each other, the block right.
-        for i in expressions:
-            longest = max(len(line) for line in wrapped[i])
-            wrapped[i] = [line.ljust(longest) for line in wrapped[i]]
-        out = []
-        for k in range(max(len(c) for c in wrapped)):
-            parts = []
-            for i, (lines, w) in enumerate(zip(wrapped, widths)):
-                text = lines[k] if k < len(lines) else ""
-                parts.append(text.rjust(w) if i in right else text.ljust(w))
-            out.append((" " * gap).join(parts).rstrip())
-        return out
-
-    rule = (" " * gap).join("-" * w for w in widths)
-    lines = [*render(header), rule]
-    for row in rows:
-        lines += render(row)
-    return [*lines, rule]
-
-
-def _wrap_expression(text: str, width: int) -> list[str]:
-    """``text`` in lines of at most ``width``, broken after a ``+``, ``-`` or ``*`` outside parentheses (so a
-    factor like ``((H-1)//2+1)`` stays whole), and only where nothing else fits, inside a piece."""
-    pieces: list[str] = []
-    depth, start = 0, 0
-    for i, ch in enumerate(text):
-        depth += (ch == "(") - (ch == ")")
-        if depth == 0 and ch in "+-*" and i > 0:
-            pieces.append(text[start : i + 1])
-            start = i + 1
-    pieces.append(text[start:])
-    lines = [""]
-    for piece in pieces:
-        if lines[-1] and len(lines[-1]) + len(piece) > width:
-            lines.append("")
-        lines[-1] += piece
-        while len(lines[-1]) > width:
-            lines[-1:] = [lines[-1][:width], lines[-1][width:]]
-    return lines
