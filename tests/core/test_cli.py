@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import sysconfig
@@ -27,13 +28,20 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str
 
 def test_the_examples_are_the_ones_the_docs_promise() -> None:
     assert [p.name for p in GOOD] == [
+        "clip_text.yaml",
         "conv_stack.yaml",
+        "convnextv2.yaml",
         "encoder_decoder.yaml",
+        "gemma.yaml",
         "gpt2.yaml",
         "lstm_classifier.yaml",
         "mlp.yaml",
+        "phi.yaml",
+        "qwen2.yaml",
         "resnet18.yaml",
         "resnet_basic_block.yaml",
+        "tiny_gpt_decoder.yaml",
+        "tiny_qwen2_decoder.yaml",
         "transformer_block.yaml",
         "unet.yaml",
         "vit.yaml",
@@ -48,13 +56,20 @@ def test_check_passes_every_good_example(capsys: pytest.CaptureFixture[str]) -> 
     code, out, err = run(capsys, "check", *GOOD)
     assert (code, err) == (0, "")
     assert out.splitlines() == [
+        f"{EXAMPLES / 'clip_text.yaml'}: OK (102 nodes)",
         f"{EXAMPLES / 'conv_stack.yaml'}: OK (12 nodes)",
+        f"{EXAMPLES / 'convnextv2.yaml'}: OK (108 nodes)",
         f"{EXAMPLES / 'encoder_decoder.yaml'}: OK (42 nodes)",
+        f"{EXAMPLES / 'gemma.yaml'}: OK (25 nodes)",
         f"{EXAMPLES / 'gpt2.yaml'}: OK (102 nodes)",
         f"{EXAMPLES / 'lstm_classifier.yaml'}: OK (4 nodes)",
         f"{EXAMPLES / 'mlp.yaml'}: OK (4 nodes)",
+        f"{EXAMPLES / 'phi.yaml'}: OK (23 nodes)",
+        f"{EXAMPLES / 'qwen2.yaml'}: OK (24 nodes)",
         f"{EXAMPLES / 'resnet18.yaml'}: OK (69 nodes)",
         f"{EXAMPLES / 'resnet_basic_block.yaml'}: OK (7 nodes)",
+        f"{EXAMPLES / 'tiny_gpt_decoder.yaml'}: OK (22 nodes)",
+        f"{EXAMPLES / 'tiny_qwen2_decoder.yaml'}: OK (34 nodes)",
         f"{EXAMPLES / 'transformer_block.yaml'}: OK (33 nodes)",
         f"{EXAMPLES / 'unet.yaml'}: OK (37 nodes)",
         f"{EXAMPLES / 'vit.yaml'}: OK (27 nodes)",
@@ -373,3 +388,186 @@ def test_pre_commit_hook_runs_hndl_check() -> None:
 
     assert re.search(hooks[0]["files"], "models/mlp.yaml")
     assert not re.search(hooks[0]["files"], "train.py")
+
+
+# --- --param: graph-parameter overrides ---------------------------------------------------------------------
+
+SIZED = """\
+hndl: 1
+name: sized
+params: {size: 8, width: 4, rate: 0.5, act: gelu}
+inputs:
+  x: {shape: [B, size]}
+nodes:
+  table: {op: parameter, shape: ["$size", "$size", 16]}
+  hidden: {op: linear, in: x, out_features: "$width * 2"}
+  drop: {op: dropout, in: hidden, p: $rate}
+outputs: [drop]
+"""
+
+
+@pytest.fixture
+def sized(tmp_path: Path) -> Path:
+    path = tmp_path / "sized.yaml"
+    path.write_text(SIZED, encoding="utf-8")
+    return path
+
+
+def test_param_overrides_a_spec_parameter_in_check_summary_and_draw(
+    sized: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "check", sized, "--param", "width=16", "--build")
+    assert (code, out) == (0, f"{sized}: OK (3 nodes)\n")
+    code, out, _ = run(capsys, "summary", sized, "--param", "width=16", "--param", "size=2", "--dims", "B=1")
+    assert code == 0
+    lines = out.splitlines()
+    assert "inputs:  x [1, 2]" in lines
+    # the expression '$width * 2' follows the override: 2*32 + 32 parameters, and the table's 2*2*16
+    assert "params:      160 (trainable 160, non-trainable 0)" in lines
+    target = tmp_path / "sized.mmd"
+    code, out, _ = run(capsys, "draw", sized, "-o", target, "--param", "width=16")
+    assert code == 0
+    assert "linear 32" in target.read_text()
+
+
+def test_param_values_are_read_as_yaml(sized: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hndl.cli import parser
+
+    values = ["a=96", "b=0.1", "c=true", "d=null", "e=gelu", "f=[2, 2, 6, 2]", "g='96'", "h={k: 1}"]
+    args = parser().parse_args(["check", "f.yaml", *(part for v in values for part in ("--param", v))])
+    assert dict(args.param) == {
+        "a": 96,
+        "b": 0.1,
+        "c": True,
+        "d": None,
+        "e": "gelu",
+        "f": [2, 2, 6, 2],
+        "g": "96",
+        "h": {"k": 1},
+    }
+    code, _, _ = run(capsys, "check", sized, "--param", "rate=0", "--param", "act=null", "--param", "width=3")
+    assert code == 0
+
+
+def test_param_of_an_unknown_name_is_e_param_with_did_you_mean(sized: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "check", sized, "--param", "widht=16")
+    assert code == 1
+    assert out.splitlines() == [
+        f"{sized}:3:10: E_PARAM: graph 'sized' has no parameter 'widht'",
+        "    expected: one of size, width, rate, act",
+        "    actual:   widht",
+        "    hint:     did you mean 'width'?",
+        "Found 1 problem in 1 file.",
+    ]
+
+
+def test_param_of_the_wrong_kind_is_e_param_at_its_declaration(sized: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "summary", sized, "--param", "width=wide")
+    assert code == 1
+    assert out.splitlines()[0] == (
+        f"{sized}:3:19: E_PARAM: parameter 'width' of graph 'sized' is an integer (4 in the spec), got string 'wide'"
+    )
+    code, out, _ = run(capsys, "draw", sized, "-o", "x.mmd", "--param", "width=1.5")
+    assert code == 1
+    assert "got number 1.5" in out
+
+
+def test_param_on_a_zoo_name_and_on_stdin(
+    sized: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    _, default, _ = run(capsys, "check", "zoo:resnet18")
+    code, out, _ = run(capsys, "check", "zoo:resnet18", "--param", "num_classes=10", "--param", "layers4=1")
+    assert code == 0
+    assert out.startswith("zoo:resnet18: OK (")
+    assert out != default  # one block fewer in the last stage
+    code, out, _ = run(capsys, "check", "zoo:resnet18", "--param", "num_class=10")
+    assert code == 1
+    assert out.startswith("zoo:resnet18:")
+    assert "E_PARAM: zoo:resnet18 has no parameter 'num_class'" in out
+    monkeypatch.setattr("sys.stdin", io.StringIO(SIZED))
+    code, out, _ = run(capsys, "summary", "-", "--param", "size=3", "--dims", "B=2")
+    assert code == 0
+    assert "inputs:  x [2, 3]" in out.splitlines()
+
+
+def test_param_that_is_not_name_equals_value_is_a_usage_error(sized: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ["width", "=3", "width=", "width=[1,"]:
+        code, out, err = run(capsys, "check", sized, "--param", bad)
+        assert (code, out) == (2, "")
+        assert "--param" in err
+
+
+def test_param_and_dims_giving_one_size_two_values_is_e_input(sized: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "summary", sized, "--param", "size=4", "--dims", "B=1,size=6")
+    assert code == 1
+    assert out.splitlines()[0] == f"{sized}: E_INPUT: 'size' is given two sizes: --param size=4 and --dims size=6"
+    code, _, _ = run(capsys, "summary", sized, "--param", "size=6", "--dims", "B=1,size=6")
+    assert code == 0
+
+
+def test_help_names_param_on_every_verb_that_loads_a_spec() -> None:
+    from hndl.cli import parser
+
+    top = parser()
+    for verb in ("check", "summary", "draw"):
+        with pytest.raises(SystemExit):
+            top.parse_args([verb, "--help"])
+    commands = next(a for a in top._actions if a.dest == "command")
+    for verb in ("check", "summary", "draw"):
+        assert "--param NAME=VALUE" in commands.choices[verb].format_help()  # type: ignore[attr-defined]
+
+
+def test_hndl_ops_points_to_the_expressions_section(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "ops")
+    assert code == 0
+    assert out.splitlines()[-1].endswith("docs/spec-files.md#expressions")
+    code, out, _ = run(capsys, "ops", "--help")
+    assert "docs/spec-files.md#expressions" in re.sub(r"-\n\s*", "-", out)  # argparse may wrap at the hyphen
+
+
+# --- huge --dims: an error, never an allocator's traceback --------------------------------------------------
+
+
+def test_summary_with_dims_too_large_to_build_is_e_input_naming_them(
+    sized: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # size=10**10 makes the parameter 'table' 10**20 x 16 elements: past what even the meta device can describe
+    code, out, _ = run(capsys, "summary", sized, "--dims", "B=1000000000000,size=10000000000")
+    assert code == 1
+    first = out.splitlines()[0]
+    assert first.startswith(f"{sized}:7:3: E_INPUT: the model cannot be built at the sizes given (--dims ")
+    assert "B=1000000000000,size=10000000000" in first
+    assert "Traceback" not in out
+    assert out.splitlines()[-1] == "Found 1 problem in 1 file."
+
+
+def test_summary_and_draw_with_huge_batch_dims_answer(
+    sized: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "summary", sized, "--dims", "B=1000000000000", "--train")
+    assert code == 0
+    assert "activations:" in out
+    code, out, _ = run(capsys, "draw", sized, "-o", tmp_path / "big.mmd", "--dims", "B=1000000000000")
+    assert code == 0
+
+
+@pytest.mark.parametrize("failure", [MemoryError(), RuntimeError("DefaultCPUAllocator: can't allocate memory")])
+def test_a_failure_to_allocate_at_the_sizes_given_is_e_input(
+    failure: Exception, sized: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def fails(*args: object, **kwargs: object) -> None:
+        raise failure
+
+    monkeypatch.setattr("hndl._summary.summary", fails)
+    monkeypatch.setattr("hndl._draw.draw", fails)
+    code, out, _ = run(capsys, "summary", sized, "--dims", "B=1000000000000")
+    assert code == 1
+    assert out.splitlines()[0].startswith(
+        f"{sized}: E_INPUT: the model cannot be built at the sizes given (--dims B=1000000000000): "
+        f"{type(failure).__name__}"
+    )
+    code, out, _ = run(capsys, "draw", sized, "-o", tmp_path / "x.mmd", "--dims", "B=1000000000000")
+    assert code == 1
+    assert "E_INPUT: the model cannot be built at the sizes given (--dims B=1000000000000)" in out

@@ -29,7 +29,7 @@ def e_op(op: str) -> hndl.Problem:
         ("DropPath", "'DropPath' is {op: drop_path} in hndl"),
         ("StochasticDepth", "'StochasticDepth' is {op: drop_path, mode: row} in hndl"),
         ("GELU(approximate='tanh')", "\"GELU(approximate='tanh')\" is {op: gelu, approximate: tanh} in hndl"),
-        ("gelu_new", "'gelu_new' is {op: gelu, approximate: tanh} in hndl"),
+        ("gelu_new", "'gelu_new' is {op: gelu, approximate: tanh_formula} in hndl"),
         ("SiLU", "'SiLU' is {op: silu} in hndl"),
         ("Swish", "'Swish' is {op: silu} in hndl"),
         (

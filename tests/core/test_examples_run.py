@@ -20,11 +20,21 @@ RUNNABLE = sorted(p for p in EXAMPLES.glob("*.yaml") if p.name != "broken.yaml")
 SIZES = {"B": 2, "T": 5, "S": 7, "H": 8, "W": 12}
 
 
+def sizes(graph: hndl.Graph) -> dict[str, int]:
+    """SIZES, raised to the minimum an input's ``ranges`` declare (ConvNeXt-V2's H and W are at least 32)."""
+    out = dict(SIZES)
+    for spec in graph.inputs.values():
+        for r in spec.contract.ranges:
+            if r.minimum is not None:
+                out[r.symbol] = max(out.get(r.symbol, 0), r.minimum)
+    return out
+
+
 def contract_inputs(graph: hndl.Graph) -> list[torch.Tensor]:
     """One tensor per graph input, sized and typed by its contract (ids 0..1, masks with padding)."""
     out = []
     for spec in graph.inputs.values():
-        shape = [evaluate(d, SIZES) for d in spec.contract.shape.dims]
+        shape = [evaluate(d, sizes(graph)) for d in spec.contract.shape.dims]
         dtype = spec.contract.dtype
         if dtype in ("int", "int64"):
             out.append(torch.randint(0, 2, shape))
@@ -40,6 +50,8 @@ def contract_inputs(graph: hndl.Graph) -> list[torch.Tensor]:
 def test_the_new_examples_are_here():
     names = {p.name for p in RUNNABLE}
     assert {"vit.yaml", "unet.yaml", "lstm_classifier.yaml", "encoder_decoder.yaml"} <= names
+    assert {"qwen2.yaml", "gemma.yaml", "phi.yaml"} <= names  # issue 38's decoders (parity: tests/zoo)
+    assert {"clip_text.yaml", "convnextv2.yaml"} <= names
 
 
 @pytest.mark.parametrize("path", RUNNABLE, ids=lambda p: p.name)
@@ -51,7 +63,7 @@ def test_example_builds_and_runs_on_inputs_from_its_contracts(path: Path):
     out = model(*contract_inputs(graph))
     outs = out if isinstance(out, tuple) else (out,)
     for t, y in zip(checked.output_types, outs):
-        assert tuple(y.shape) == tuple(evaluate(d, SIZES) for d in t.shape)
+        assert tuple(y.shape) == tuple(evaluate(d, sizes(graph)) for d in t.shape)
         assert torch.isfinite(y).all()
     assert model.validations == 1
 

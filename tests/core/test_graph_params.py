@@ -196,11 +196,12 @@ def test_a_reference_outside_a_parametrised_graph_is_e_param() -> None:
     assert "not a parameter of this graph" in p.message
 
 
-def test_arithmetic_on_a_float_parameter_computes_a_float_which_an_integer_parameter_refuses() -> None:
-    up, proj = problems(spec("a: {op: graph, graph: block, in: x, params: {width: 1.5, down: true}}", "a"))
-    assert (up.node, up.message) == ("a.up", "parameter 'out_features' must be integer, got number 1.5")
-    assert (proj.code, proj.node) == ("E_PARAM", "a.proj")
-    assert proj.message == "parameter 'out_features' must be integer, got number 3.0"
+def test_a_float_a_reference_gives_an_integer_parameter_must_be_a_whole_number() -> None:
+    (up,) = problems(spec("a: {op: graph, graph: block, in: x, params: {width: 1.5, down: true}}", "a"))
+    assert (up.code, up.node) == ("E_PARAM", "a.up")
+    assert up.message == "'$width' gives 1.5, and 1.5 is not a whole number ('out_features' takes integers)"
+    assert up.hint.startswith("say how to make it whole: int(x) truncates toward zero")
+    # proj's out_features is "$width*2", 3.0: a whole number, so it is the integer 3
 
 
 def test_arithmetic_on_a_parameter_that_is_not_a_number_is_e_param() -> None:
@@ -325,11 +326,13 @@ def test_a_bad_reference_inside_a_list_is_e_param_at_its_line_naming_the_item() 
     assert p.location == "<string>:7:72"  # the padding key of node conv
 
 
-def test_arithmetic_on_a_non_integer_parameter_inside_a_list_is_e_param() -> None:
-    text = LISTS.replace("params: {k: 3, dim: 6, size: 8}", "params: {k: 3, dim: 6, size: 8, half: 0.5}")
-    (p,) = problems(text.replace("shape: [1, 1, $dim]", 'shape: [1, 1, "$half*2"]'))
+def test_arithmetic_on_a_float_parameter_inside_a_list_is_an_integer_only_when_whole() -> None:
+    text = LISTS.replace("params: {k: 3, dim: 6, size: 8}", "params: {k: 3, dim: 6, size: 8, part: 0.5}")
+    whole = text.replace("shape: [1, 1, $dim]", 'shape: [1, 1, "$part * 12"]')
+    assert shapes(hndl.build(hndl.loads(whole)))["nodes.n_token.weight"] == (1, 1, 6)
+    (p,) = problems(text.replace("shape: [1, 1, $dim]", 'shape: [1, 1, "$part*13"]'))
     assert (p.code, p.node) == ("E_PARAM", "token")
-    assert p.message == "parameter 'shape' must be a list of integers, got [1, 1, 1.0]"
+    assert p.message == "shape[2]: '$part*13' gives 6.5, and 6.5 is not a whole number ('shape' takes integers)"
 
 
 def test_a_bad_reference_deep_in_a_mapping_names_its_place() -> None:

@@ -219,11 +219,12 @@ def test_hndl_ops_lists_every_op_with_its_summary(capsys: pytest.CaptureFixture[
     code, out = run(capsys, "ops")
     assert code == 0
     lines = out.splitlines()
-    names = [line.split()[0] for line in lines[:-1]]
+    names = [line.split()[0] for line in lines[:-2]]
     assert names == sorted(o.name for o in hndl.registry)
     linear = next(line for line in lines if line.startswith("linear "))
     assert linear.split(None, 1)[1] == hndl.registry.find("linear").summary
-    assert lines[-1] == f"{len(names)} ops; `hndl ops NAME` describes one"
+    assert lines[-2] == f"{len(names)} ops; `hndl ops NAME` describes one"
+    assert lines[-1].endswith("docs/spec-files.md#expressions")  # where the expression grammar is written down
 
 
 def test_hndl_ops_describes_one_op_from_its_declaration(capsys: pytest.CaptureFixture[str]) -> None:

@@ -76,6 +76,12 @@ def first(error: hndl.HndlError, tmp_path: Path) -> tuple[str, str]:
         # found by the fuzzer: a ValueError printing the product of the sizes
         ("4000-digit sizes", "E_SPEC", "model file 'FILE' is not a safetensors file: entry 'nodes.n_a.bias' has no shape"),
         (
+            "both tied names stored",
+            "E_SPEC",
+            "the file holds 'nodes.n_b.weight' as a tensor and 'hndl.tied' ties it to 'nodes.n_a.weight': one of "
+            "the two stored values would be dropped",
+        ),
+        (
             "sizes whose product is huge",
             "E_SPEC",
             "model file 'FILE' is not a safetensors file: entry 'nodes.n_a.bias' has 16 bytes, its shape and dtype "

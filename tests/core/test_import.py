@@ -242,8 +242,8 @@ def test_a_layer_that_cannot_be_rebuilt_is_an_error_naming_it_and_the_line() -> 
     (problem,) = err.value.problems
     assert problem.location == f"{SUPPORT / 'import_models.py'}:160"
     assert problem.headline().endswith(
-        "E_IMPORT Opaque 'opaque': hndl has no op for aten.cumsum.default (waits on a cumsum op) (at `return "
-        "torch.cumsum(x, -1) * self.factor`); and no layer around it can be a module node: opaque (Opaque): "
+        "E_IMPORT Opaque 'opaque': hndl has no op for aten.cumprod.default (waits on a cumprod op) (at `return "
+        "torch.cumprod(x, -1) * self.factor`); and no layer around it can be a module node: opaque (Opaque): "
         "constructor "
         "argument(s) scale cannot be read back from the layer"
     )

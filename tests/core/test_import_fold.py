@@ -1,5 +1,5 @@
-"""hndl.from_module: constants folded at import, ``scaled_dot_product_attention`` with torch's masks, and
-``addmm`` (transformers' Conv1D) as ``linear_in_out``. Hand-written modules; transformers' GPT-2, BERT and
+"""hndl.from_module: constants folded at import (and ``type_as``, which casts one to an activation's dtype),
+``scaled_dot_product_attention`` with torch's masks, and ``addmm`` (transformers' Conv1D) as ``linear_in_out``. Hand-written modules; transformers' GPT-2, BERT and
 LLaMA, which need all three, are in tests/zoo/test_import_zoo.py."""
 
 from __future__ import annotations
@@ -8,11 +8,14 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 from torch.export import Dim
 from torch.nn import functional as F
 
 import hndl
+from hndl._dims import format_dim
 from hndl.importer import MIN_TORCH
 
 pytestmark = pytest.mark.skipif(
@@ -124,10 +127,17 @@ def test_a_mask_of_a_fixed_length_folds_into_a_buffer() -> None:
 
 
 def test_a_mask_over_a_dynamic_length_does_not_fold() -> None:
-    # arange(T) of a T that dynamic_shapes leaves free differs from call to call: it is not a constant.
-    with pytest.raises(hndl.HndlError) as err:
-        hndl.from_module(CausalScores(), torch.randn(2, 4, 3), dynamic_shapes=({0: Dim("B"), 1: Dim("T")},))
-    assert "hndl has no op for aten.arange" in str(err.value)
+    # arange(T) of a T that dynamic_shapes leaves free differs from call to call: it is not a constant, and it
+    # imports as the ops that compute it on every call (issue 37), so the graph keeps T symbolic.
+    net = CausalScores()
+    graph, model = imported(net, torch.randn(2, 4, 3), dynamic_shapes=({0: Dim("B"), 1: Dim("T")},))
+    used = [op for op, _ in ops(graph)]
+    assert "buffer" not in used
+    assert {"arange", "cumsum", "diff", "new_zeros"} <= set(used)
+    for shape in ((3, 7, 3), (1, 2, 3)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            assert torch.equal(model(x), net(x))
 
 
 class Ids(nn.Module):
@@ -184,7 +194,7 @@ def test_a_tensor_written_in_place_does_not_fold() -> None:
     # m is a constant until mul_ writes the input's sum into it: folding it would read the value before the write.
     with pytest.raises(hndl.HndlError) as err:
         hndl.from_module(WrittenLater(), torch.randn(2, 3))
-    assert "hndl has no op for aten.ones.default" in str(err.value)
+    assert "aten.ones.default: a tensor of a fixed size that did not fold at import" in str(err.value)
 
 
 class Table(nn.Module):
@@ -292,3 +302,55 @@ def test_buffer_values_refuses(params: str, message: str) -> None:
         hndl.check(hndl.loads(_buffer_spec(params)))
     assert message in str(err.value)
     assert {p.code for p in err.value.problems} == {"E_PARAM"}
+
+
+# --- type_as: a constant that takes an activation's dtype --------------------------------------------------------
+
+DTYPES = ["float16", "bfloat16", "float32", "float64", "int64", "bool"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shape=st.lists(st.sampled_from([1, 2, 3, "B", "T"]), max_size=4),
+    like=st.lists(st.sampled_from([1, 5, "B", "S"]), max_size=3),
+    x_dtype=st.sampled_from(DTYPES),
+    like_dtype=st.sampled_from(DTYPES),
+)
+def test_type_as_has_xs_shape_and_likes_dtype(shape: list[Any], like: list[Any], x_dtype: str, like_dtype: str) -> None:
+    g = hndl.Graph("g")
+    x = g.input("x", tuple(shape), dtype=x_dtype)
+    other = g.input("like", tuple(like), dtype=like_dtype)
+    g.output(g.add("type_as", x, other, name="cast"))
+    out = hndl.check(g).output_types[0]
+    assert [d if isinstance(d, int) else format_dim(d) for d in out.shape] == shape
+    assert out.dtype == like_dtype
+    sizes = {"B": 2, "T": 3, "S": 4}
+    model = hndl.build(g)
+    a = torch.zeros([sizes.get(d, d) for d in shape], dtype=getattr(torch, x_dtype))
+    b = torch.zeros([sizes.get(d, d) for d in like], dtype=getattr(torch, like_dtype))
+    y = model(a, b)
+    assert y.dtype == b.dtype
+    assert y.shape == a.shape
+
+
+def test_type_as_returns_its_input_when_the_dtypes_agree() -> None:
+    g = hndl.Graph("g")
+    x = g.input("x", ("B", 3))
+    g.output(g.add("type_as", x, g.input("like", (1,))))
+    a = torch.randn(2, 3)
+    assert hndl.build(g)(a, torch.zeros(1)) is a
+
+
+class TypeAs(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x.type_as(y) * 2
+
+
+def test_aten_type_as_imports_as_type_as() -> None:
+    net = TypeAs()
+    x, y = torch.randint(0, 5, (2, 3)), torch.randn(4)
+    graph, model = imported(net, x, y)
+    assert [op for op, _ in ops(graph)] == ["type_as", "scale"]
+    for like in (y, y.double(), y.half()):
+        assert torch.equal(model(x, like), net(x, like))
+        assert model(x, like).dtype == like.dtype

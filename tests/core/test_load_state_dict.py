@@ -579,7 +579,8 @@ def test_malformed_rules_are_e_params_naming_the_rule():
     )
     assert [p.message for p in err.problems] == [
         "rule 0: target 'b.{u}' uses field 'u', which 'a.{t}' does not have",
-        "rule 1: unknown layout 'flip': same, transpose, concat, 'rows i/n..j/n' or a hndl.weights.Layout object",
+        "rule 1: unknown layout 'flip': same, transpose, concat, flatten, 'rows i/n..j/n', "
+        "'per_head(i, n, heads=H)' or a hndl.weights.Layout object",
         "rule 2: a rule names target 'b.{t}' twice",
         "rule 3: layout 'same' of target 'c.{t}' takes 1 tensor(s), the rule gives it 2; join them with concat",
         "rule 4: template 'a.{t' has a brace that opens no field: write fields as {name} or {name*}",

@@ -249,7 +249,7 @@ def test_a_folder_with_two_checkpoints_asks_which(tmp_path):
 @pytest.mark.parametrize(
     ("index", "message"),
     [
-        ("not json", "is not a checkpoint index: not JSON"),
+        ("not json", "is not JSON (Expecting value: line 1 column 1 (char 0)): not a checkpoint index"),
         ('{"metadata": {}}', "is not a checkpoint index: it has no 'weight_map' of key names to file names"),
         ('{"weight_map": {"a": 3}}', "is not a checkpoint index: it has no 'weight_map' of key names to file names"),
         (
@@ -322,7 +322,7 @@ def test_an_index_or_config_too_large_to_be_one_is_refused_unread(tmp_path, name
     if name == "config.json":
         with pytest.raises(hndl.HndlError) as info:
             hndl.zoo.from_pretrained(tmp_path)
-        assert info.value.problems[0].message.endswith("is larger than 16777216 bytes: not a model configuration")
+        assert info.value.problems[0].message.endswith("is larger than 4,194,304 bytes: not a model configuration")
     else:
         err = refused(tmp_path)
-        assert err.problems[0].message.endswith("is larger than 67108864 bytes: not a checkpoint index")
+        assert err.problems[0].message.endswith("is larger than 67,108,864 bytes: not a checkpoint index")

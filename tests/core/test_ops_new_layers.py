@@ -244,7 +244,10 @@ def test_attention_input_errors():
         == "the mask [B, 1, 1, 4] does not broadcast to the attention scores [B, num_heads, T, S] = [B, 4, 5, 5]"
     )
     assert p.expected == "broadcastable to [B, num_heads, T, S], with [B, 4, 5, 5] for [B, num_heads, T, S]"
-    assert p.hint == "a mask below rank 4 starts with the batch: [B, S] (padding) or [B, T, S]"
+    assert p.hint == (
+        "a mask below rank 4 starts with the batch; a mask the whole batch shares, [T, S], is given at rank 4: "
+        "declare it [1, 1, T, S], or add {op: expand, shape: [1, 1, -1, -1]} before the attention"
+    )
     p = problem("attention", (2, 5, 16), (5, 5), dtypes=[None, "bool"], num_heads=4, masked=True)
     assert (p.code, p.port) == ("E_SHAPE", "mask")
     assert p.message == (

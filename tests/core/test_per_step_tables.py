@@ -1,6 +1,6 @@
 """A decoding step makes its rotary tables, causal pattern and cache slots once for all its attention layers
 (hndl/torch/_per_step.py): the same tokens and logits as making them per layer, remade whenever what they are
-made from changes, and made each time under a torch.func transform."""
+made from changes, and made each time under a torch.func transform; kept per model, never per process."""
 
 from __future__ import annotations
 
@@ -64,35 +64,38 @@ def test_a_tensor_changed_in_place_is_made_again() -> None:
         made.append(1)
         return torch.arange(2) + offset
 
-    first = _per_step.shared("test_slots", (2, offset), make)
-    assert torch.equal(_per_step.shared("test_slots", (2, offset), make), first)
+    store = _per_step.PerStep()
+    first = _per_step.shared(store, "test_slots", (2, offset), make)
+    assert torch.equal(_per_step.shared(store, "test_slots", (2, offset), make), first)
     assert len(made) == 1
     offset.add_(1)  # the same object, a new version
-    assert torch.equal(_per_step.shared("test_slots", (2, offset), make), torch.tensor([4, 5]))
+    assert torch.equal(_per_step.shared(store, "test_slots", (2, offset), make), torch.tensor([4, 5]))
     assert len(made) == 2
     # Another tensor of the same value on the CPU is the same input; another value is not.
-    assert torch.equal(_per_step.shared("test_slots", (2, torch.tensor(4)), make), torch.tensor([4, 5]))
+    assert torch.equal(_per_step.shared(store, "test_slots", (2, torch.tensor(4)), make), torch.tensor([4, 5]))
     assert len(made) == 2
-    _per_step.shared("test_slots", (2, torch.tensor(7)), make)
-    _per_step.shared("test_slots", (3, torch.tensor(7)), make)
-    _per_step.shared("test_slots", (2.0, torch.tensor(7)), make)  # 2.0 == 2, but not the same input
+    _per_step.shared(store, "test_slots", (2, torch.tensor(7)), make)
+    _per_step.shared(store, "test_slots", (3, torch.tensor(7)), make)
+    _per_step.shared(store, "test_slots", (2.0, torch.tensor(7)), make)  # 2.0 == 2, but not the same input
     assert len(made) == 5
 
 
 def test_inference_mode_is_part_of_the_key() -> None:
     offset = torch.tensor(1)
+    store = _per_step.PerStep()
     with torch.inference_mode():
-        inside = _per_step.shared("test_mode", (offset,), lambda: torch.arange(3) + offset)
-    outside = _per_step.shared("test_mode", (offset,), lambda: torch.arange(3) + offset)
+        inside = _per_step.shared(store, "test_mode", (offset,), lambda: torch.arange(3) + offset)
+    outside = _per_step.shared(store, "test_mode", (offset,), lambda: torch.arange(3) + offset)
     assert inside.is_inference()
     assert not outside.is_inference()
 
 
 def test_under_a_torch_func_transform_the_value_is_made_each_time() -> None:
     made: list[int] = []
+    store = _per_step.PerStep()
 
     def per_row(x: torch.Tensor) -> torch.Tensor:
-        return _per_step.shared("test_vmap", (2,), lambda: made.append(1) or torch.ones(2)) * x
+        return _per_step.shared(store, "test_vmap", (2,), lambda: made.append(1) or torch.ones(2)) * x
 
     torch.func.vmap(per_row)(torch.ones(3, 2))
     torch.func.vmap(per_row)(torch.ones(3, 2))
@@ -116,7 +119,57 @@ def test_a_large_value_is_not_kept_after_the_call() -> None:
         made.append(1)
         return torch.zeros(_per_step.KEEP_BYTES + 1, dtype=torch.bool)
 
-    _per_step.shared("test_big", (1,), big)
-    _per_step.shared("test_big", (1,), big)
+    store = _per_step.PerStep()
+    _per_step.shared(store, "test_big", (1,), big)
+    _per_step.shared(store, "test_big", (1,), big)
     assert len(made) == 2
-    assert "test_big" not in _per_step._LAST
+    assert "test_big" not in store.last
+
+
+def stores(model: torch.nn.Module) -> set[int]:
+    return {id(m.per_step) for m in model.modules() if isinstance(m.__dict__.get("per_step"), _per_step.PerStep)}
+
+
+def test_per_step_values_are_the_models_not_a_process_wide_table() -> None:
+    # They were kept in a module-level dict of tensors, written on the fast path and shared by every model of
+    # the process: now each model keeps its own, and every attention layer of one model shares it.
+    a, b = llama(2), llama(2)
+    inputs = a.example_inputs(B=1, T=5)
+    with torch.no_grad():
+        for model in (a, b, a, b):  # validated, then the fast path
+            model(*inputs)
+    assert stores(a) == {id(a._runtime.per_step)}
+    assert stores(b) == {id(b._runtime.per_step)}
+    assert a._runtime.per_step is not b._runtime.per_step
+    assert a._runtime.per_step.last
+    assert b._runtime.per_step.last
+    assert not any(isinstance(v, dict) for k, v in vars(_per_step).items() if not k.startswith("__"))
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copy_starts_with_its_own_empty_per_step_values_and_the_same_tokens(how: str) -> None:
+    import copy
+    import pickle
+
+    m = llama(2).eval()
+    inputs = m.example_inputs(B=1, T=5)
+    with torch.no_grad():
+        logits = m(*inputs)
+        clone = copy.deepcopy(m) if how == "deepcopy" else pickle.loads(pickle.dumps(m))
+        assert stores(clone) == {id(clone._runtime.per_step)}
+        assert not clone._runtime.per_step.last
+        assert m._runtime.per_step.last  # the original's are untouched
+        assert torch.equal(clone(*inputs), logits)
+        assert torch.equal(clone(*inputs), logits)
+
+
+def test_a_layer_without_a_store_makes_each_value_each_time() -> None:
+    made: list[int] = []
+
+    def make() -> torch.Tensor:
+        made.append(1)
+        return torch.ones(1)
+
+    for _ in range(2):
+        _per_step.shared(None, "test_none", (1,), make)
+    assert len(made) == 2

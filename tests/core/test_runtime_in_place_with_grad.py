@@ -17,6 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import hndl
 import hndl.zoo
 from hndl.torch._inline import in_place_steps
+from hndl.torch._runtime import leaves
 
 
 class _Writes(TorchDispatchMode):
@@ -35,7 +36,7 @@ class _Writes(TorchDispatchMode):
 
 
 def _written_with_grad(model: hndl.GraphModule) -> set[str]:
-    steps = in_place_steps(model.plan, model._leaves(), model._runtime.forms, model._runtime.hooked)
+    steps = in_place_steps(model.plan, leaves(model), model._runtime.forms, model._runtime.hooked)
     return {model.plan.steps[i].node.qualname for i, step in steps.items() if step.with_grad}
 
 

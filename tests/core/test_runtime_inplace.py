@@ -12,6 +12,7 @@ from torch import nn
 
 import hndl
 from hndl.torch._inline import in_place_steps
+from hndl.torch._runtime import leaves
 
 
 def built(spec: str) -> hndl.GraphModule:
@@ -22,7 +23,7 @@ def built(spec: str) -> hndl.GraphModule:
 def written_into(model: hndl.GraphModule, *, grad: bool = False) -> dict[str, int]:
     """Which steps may write into an input with no gradient recorded (``grad``: while one is), by node name ->
     the input's position."""
-    steps = in_place_steps(model.plan, model._leaves(), model._runtime.forms, model._runtime.hooked)
+    steps = in_place_steps(model.plan, leaves(model), model._runtime.forms, model._runtime.hooked)
     return {
         model.plan.steps[i].node.qualname: step.operand
         for i, step in steps.items()

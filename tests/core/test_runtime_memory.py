@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import hndl
+from hndl.torch._runtime import validate
 
 _BENCH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -118,7 +119,7 @@ def test_peak_live_activations_of_a_resnet18_match_the_twin():
     with torch.no_grad():
         assert torch.equal(model(x), twin(x))
     hndl_peak = memory.peak_live_bytes(lambda: model(x))
-    validating_peak = memory.peak_live_bytes(lambda: model._validate((x,), None))
+    validating_peak = memory.peak_live_bytes(lambda: validate(model, (x,), None))
     twin_peak = memory.peak_live_bytes(lambda: twin(x))
     assert hndl_peak <= twin_peak
     assert validating_peak <= twin_peak

@@ -54,7 +54,7 @@ def test_a_new_binding_of_the_symbols_is_admitted_without_a_full_validation():
     model(torch.randn(3, 8))
     model(torch.randn(4, 8))  # B = 4: inference proved every node for any B, only the input is checked
     assert model.validations == 1
-    assert len(model._signatures) == 2
+    assert len(model._runtime.signatures.entries) == 2
     model.double()  # a new state version and dtype pattern validate fully, once
     model(torch.randn(4, 8, dtype=torch.float64))
     model(torch.randn(7, 8, dtype=torch.float64))
@@ -144,10 +144,11 @@ def test_the_signature_cache_is_bounded_and_forgets_the_oldest_first():
     model = mlp()
     for batch in range(1, SIGNATURE_CACHE_SIZE + 6):
         model(torch.randn(batch, 8))
-    assert len(model._signatures) == SIGNATURE_CACHE_SIZE
+    assert len(model._runtime.signatures.entries) == SIGNATURE_CACHE_SIZE
     assert model.validations == 1  # every later batch size was a new binding of B
-    assert (SIGNATURE_CACHE_SIZE + 5, 8) in {sig[0] for sig in model._signatures}  # the newest is remembered
-    assert (1, 8) not in {sig[0] for sig in model._signatures}  # the oldest was forgotten
+    remembered = {sig[0] for sig in model._runtime.signatures.entries}
+    assert (SIGNATURE_CACHE_SIZE + 5, 8) in remembered  # the newest is remembered
+    assert (1, 8) not in remembered  # the oldest was forgotten
 
 
 def test_a_fast_path_call_writes_nothing_on_the_model():
@@ -155,10 +156,10 @@ def test_a_fast_path_call_writes_nothing_on_the_model():
     x = torch.randn(3, 8)
     model(x)
     before = dict(model.__dict__)
-    signatures = dict(model._signatures)
+    signatures = dict(model._runtime.signatures.entries)
     model(x)
     assert model.__dict__ == before
-    assert model._signatures == signatures
+    assert model._runtime.signatures.entries == signatures
 
 
 def test_many_threads_with_different_signatures_get_right_results_and_their_errors():
@@ -193,8 +194,8 @@ def test_many_threads_with_different_signatures_get_right_results_and_their_erro
     assert failures == []
     assert len(errors) == 8 * 3
     assert all(e.code == "E_INPUT" and e.node == "x" for e in errors)
-    assert len(model._signatures) <= SIGNATURE_CACHE_SIZE
-    assert set(model._signatures) == {
+    assert len(model._runtime.signatures.entries) <= SIGNATURE_CACHE_SIZE
+    assert set(model._runtime.signatures.entries) == {
         (torch.Size([b, 8]), torch.float32, torch.device("cpu"), model.state_version) for b in range(1, 13)
     }
 
@@ -214,3 +215,20 @@ def test_a_subgraph_with_repeat_runs_on_both_paths():
     assert torch.equal(model(t), expected)
     assert torch.equal(model(t), expected)
     assert model.validations == 1
+
+
+def test_a_new_binding_inside_an_inputs_range_is_admitted_and_one_outside_is_refused():
+    # The generated check of a new binding tests the contracts' ranges: a model with a range (an imported trace's,
+    # a position table's rows) keeps the cheap admission of new sizes, and a size outside still never runs.
+    g = hndl.Graph("ranged")
+    x = g.input("x", ("B", 8), ranges={"B": {"min": 2, "max": 6}})
+    g.output(g.add("linear", x, name="fc", out_features=4))
+    model = hndl.build(g)
+    model(torch.randn(2, 8))
+    model(torch.randn(5, 8))
+    assert model.validations == 1
+    with pytest.raises(hndl.HndlError, match=r"B=7\) is outside the range its contract gives: 2 <= B <= 6"):
+        model(torch.randn(7, 8))  # refused by the generated check, then by the full validation it hands over to
+    after_refusal = model.validations
+    model(torch.randn(6, 8))
+    assert model.validations == after_refusal

@@ -322,7 +322,7 @@ def test_unknown_top_level_key_suggests_the_right_one() -> None:
 
 def test_unknown_key_without_a_close_match_lists_the_keys() -> None:
     error = spec_error(MLP + "zzz: 1\n")
-    assert error.problems[0].hint == "the spec takes: hndl, name, params, inputs, nodes, outputs, graphs"
+    assert error.problems[0].hint == "the spec takes: hndl, name, kind, params, inputs, nodes, outputs, graphs"
 
 
 def test_all_structural_problems_come_together() -> None:

@@ -192,21 +192,21 @@ def test_a_plugin_op_appears_when_installed_and_disappears_when_not(plugin, tmp_
 
 def test_every_op_has_a_page_with_its_schema(generated):
     names = hndl.registry.names()
-    assert {f"ops/{n}.md" for n in names} <= set(generated)
+    assert {f"ops/{docs._ops.page_name(n)}.md" for n in names} <= set(generated)
     linear = generated["ops/linear.md"]
     assert "- **Builds:** `torch.nn.Linear`" in linear
     assert "| `in_features` | `int`: integer | inferred | >= 1 |" in linear
     assert "| `x` | input | `[*batch, in_features]` | `float` |" in linear
     assert "linear: {op: linear, in: x, out_features: 128}" in linear
     assert "Checked with hndl: the node's output is `linear`: `[B, 128] float`." in linear
-    assert "does not check" not in "".join(generated[f"ops/{n}.md"] for n in names)
+    assert "does not check" not in "".join(generated[f"ops/{docs._ops.page_name(n)}.md"] for n in names)
 
 
 def test_every_declared_mistake_is_refused_and_its_page_shows_the_message(generated):
     declared = [o for o in hndl.registry if o.error_example is not None]
     assert len(declared) >= 60
     for o in declared:
-        page = generated[f"ops/{o.name}.md"]
+        page = generated[f"ops/{docs._ops.page_name(o.name)}.md"]
         assert "## A mistake it catches" in page, o.name
         assert "though it is declared as a mistake" not in page, o.name
     sub = generated["ops/sub.md"]
@@ -331,3 +331,10 @@ def test_a_checkout_is_recognised(monkeypatch):
     assert docs.is_checkout(ROOT)
     monkeypatch.chdir(ROOT)
     assert docs.main(["--check"]) in (0, 1)  # compared, not refused
+
+
+def test_regression_the_index_op_has_its_own_page_beside_the_list_of_ops(generated):
+    # The index op's page was ops/index.md, the list of every op: one of the two replaced the other.
+    assert generated["ops/index.md"].startswith(docs._ops.HEADER)
+    assert "[`index`](index_op.md)" in generated["ops/index.md"]
+    assert "# `index`" in generated["ops/index_op.md"]

@@ -8,7 +8,10 @@ property tests use), each through ``hndl.loads`` -> ``hndl.check`` -> ``hndl.bui
 those that load; a share of those that load are also drawn (DOT and Mermaid text, which must hold no control
 character, and now and then SVG through Graphviz's ``dot``, which must parse as XML). A share of the cases are
 one-file models instead: the seed and hostile ``.safetensors`` files mutated (header as data, the spec in
-their metadata as text, their ties, their bytes) through ``hndl.load_model`` and a call. Anything but
+their metadata as text, their ties, their bytes) through ``hndl.load_model`` and a call, and a few are
+``config.json`` files: the hostile ones of ``hostile_loads.HOSTILE_CONFIGS`` and mutants of a small llama's config,
+through ``hndl.zoo.from_pretrained`` (the hostile ``*.index.json`` files and state dicts of the same module run
+once, through ``hndl.load_state_dict``). Anything but
 :class:`hndl.HndlError` is a failure, and so is a case that runs past ``--case-seconds`` of CPU time, one that
 raises the process's peak memory by more than ``--case-memory-gb``, a round trip that changes the text, or a
 picture that is not clean. Each distinct failure (exception type and where it was raised) is reported with its
@@ -22,6 +25,7 @@ run through every stage it reaches. ``HNDL_FUZZ_SECONDS`` sets the default budge
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import multiprocessing
 import os
@@ -39,6 +43,7 @@ from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
+from hostile_loads import HOSTILE_CONFIGS, HOSTILE_INDEXES, HOSTILE_STATE_DICTS, SMALL_LLAMA
 from spec_mutator import (
     HOSTILE,
     HOSTILE_MODELS,
@@ -157,7 +162,16 @@ class Run:
     cases: int = 0
     cpu: float = 0.0  # CPU seconds the fuzzing used (summed over workers): the rate other load cannot change
     stages: dict[str, int] = field(
-        default_factory=lambda: {"load": 0, "check": 0, "build": 0, "draw": 0, "svg": 0, "model": 0, "models loaded": 0}
+        default_factory=lambda: {
+            "load": 0,
+            "check": 0,
+            "build": 0,
+            "draw": 0,
+            "svg": 0,
+            "model": 0,
+            "models loaded": 0,
+            "weights": 0,
+        }
     )
     peak: int = 0  # the process's peak resident memory after the last case, in bytes
 
@@ -302,6 +316,46 @@ def run_model_case(
         _check_memory(run, data, stage, label, case_memory)
 
 
+def run_weights_case(
+    run: Run, text: str, label: str, case_seconds: float, folder: Path, kind: str, *, case_memory: float = 1.0
+) -> None:
+    """One weights case: ``text`` as ``config.json`` through ``hndl.zoo.from_pretrained`` (``kind`` "config"),
+    as ``model.safetensors.index.json`` through ``hndl.load_state_dict`` ("index"), or the name of a hostile state
+    dict loaded into a small model ("state dict"), in ``folder`` (emptied first); failures recorded. A message
+    of more than 100,000 characters is a failure too."""
+    import hndl.zoo
+
+    run.cases += 1
+    run.stages["weights"] += 1
+    stage = f"weights ({kind})"
+    signal.setitimer(signal.ITIMER_PROF, case_seconds)
+    try:
+        for old in folder.iterdir():
+            old.unlink()
+        try:
+            if kind == "config":
+                (folder / "config.json").write_text(text, encoding="utf-8", errors="surrogatepass")
+                hndl.zoo.from_pretrained(folder)
+            else:
+                g = hndl.Graph("mlp")
+                g.output(g.add("linear", g.input("x", ("B", 4)), name="a", out_features=4))
+                model = hndl.build(g)
+                if kind == "index":
+                    (folder / "model.safetensors.index.json").write_text(text, encoding="utf-8")
+                    hndl.load_state_dict(model, folder)
+                else:
+                    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                    hndl.load_state_dict(model, HOSTILE_STATE_DICTS[text](state))
+        except hndl.HndlError as exc:
+            if len(str(exc)) > 100_000:
+                raise AssertionError(f"a message of {len(str(exc)):,} characters") from exc
+    except (Exception, RecursionError, MemoryError, CaseTimeout) as exc:
+        run.record(text, stage, exc, label)
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        _check_memory(run, text, stage, label, case_memory)
+
+
 def _check_memory(run: Run, case: str | bytes, stage: str, label: str, gigabytes: float) -> None:
     """Record the case when it raised the process's peak resident memory by more than ``gigabytes`` (the peak
     only grows, so this sees a case that used that much more than any before it)."""
@@ -328,6 +382,8 @@ ROUND_TRIP_SHARE = 0.33
 #: The share of cases that are one-file models rather than spec texts, of loaded specs that are also drawn as
 #: DOT and Mermaid text, and of those drawn that also go through Graphviz to SVG (a process per picture).
 MODEL_SHARE = 0.15
+#: The share of cases that are mutated config.json files (cheap: a folder without weights is refused once read).
+CONFIG_SHARE = 0.05
 DRAW_SHARE = 0.2
 SVG_SHARE = 0.05
 
@@ -335,6 +391,18 @@ SVG_SHARE = 0.05
 def next_model_case(choose: RandomChooser) -> tuple[bytes, str]:
     name, data = choose.choice([*MODEL_SEEDS.items(), *HOSTILE_MODELS.items()])
     return mutate_model(choose, data), f"mutated model file {name!r}"
+
+
+def next_config_case(choose: RandomChooser) -> str:
+    """A small llama's config.json mutated as data, now and then with a rope field or model_type of any value."""
+    seed = {**SMALL_LLAMA, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}
+    tree = mutate_data(choose, seed)
+    if isinstance(tree, dict) and choose.integer(0, 3) == 0:
+        tree[choose.choice(["rope_scaling", "rope_parameters", "model_type"])] = choose.value()
+    try:
+        return json.dumps(tree, allow_nan=True)
+    except (ValueError, OverflowError, TypeError):  # an integer too long to print
+        return json.dumps(seed)
 
 
 def next_case(choose: RandomChooser, hostile: list[str]) -> tuple[str, str]:
@@ -402,6 +470,7 @@ def fuzz(
     signal.signal(signal.SIGPROF, _timeout)
     _limit_memory(memory_gb)
     scratch = Path(tempfile.mkdtemp(prefix=f"hndl-fuzz-models-{worker}-")) / "model.safetensors"
+    folder = Path(tempfile.mkdtemp(prefix=f"hndl-fuzz-folders-{worker}-"))
     start, cpu_start = time.perf_counter(), time.process_time()
     if worker == 0:
         for name, text in HOSTILE.items():
@@ -415,15 +484,27 @@ def fuzz(
             run_case(run, text, label, budget, short, draw=True, case_memory=case_memory_gb)
         for name, data in HOSTILE_MODELS.items():
             run_model_case(run, data, f"hostile model {name!r}", case_seconds, scratch, case_memory=case_memory_gb)
+        for kind, cases in (("config", HOSTILE_CONFIGS), ("index", HOSTILE_INDEXES)):
+            for name, text in cases.items():
+                label = f"hostile {kind} {name!r}"
+                run_weights_case(run, text, label, case_seconds, folder, kind, case_memory=case_memory_gb)
+        for name in HOSTILE_STATE_DICTS:
+            label = f"hostile state dict {name!r}"
+            run_weights_case(run, name, label, case_seconds, folder, "state dict", case_memory=case_memory_gb)
     choose = RandomChooser(random.Random(seed * 1000 + worker))
     # Mutants of the long hostile texts cost seconds each to parse; the short ones are mutated.
     hostile = [text for text in HOSTILE.values() if len(text) < 20_000]
     last_report = start
     while time.perf_counter() - start < seconds:
         where = f"seed {seed}, worker {worker}, case {run.cases + 1}"
-        if choose.rng.random() < MODEL_SHARE:
+        roll = choose.rng.random()
+        if roll < MODEL_SHARE:
             data, label = next_model_case(choose)
             run_model_case(run, data, f"{label}, {where}", case_seconds, scratch, case_memory=case_memory_gb)
+        elif roll < MODEL_SHARE + CONFIG_SHARE:
+            label = f"mutated config.json, {where}"
+            text = next_config_case(choose)
+            run_weights_case(run, text, label, case_seconds, folder, "config", case_memory=case_memory_gb)
         else:
             text, label = next_case(choose, hostile)
             round_trip = choose.rng.random() < ROUND_TRIP_SHARE
@@ -454,7 +535,7 @@ def _progress(run: Run, elapsed: float) -> str:
         f"{run.cases / max(run.cpu, 1e-9):.0f} per CPU second): "
         f"{run.stages['load']} loaded, {run.stages['check']} checked, {run.stages['build']} built, "
         f"{run.stages['draw']} drawn ({run.stages['svg']} as SVG); {run.stages['model']} model files, "
-        f"{run.stages['models loaded']} loaded; {failures} failures"
+        f"{run.stages['models loaded']} loaded; {run.stages['weights']} weights cases; {failures} failures"
     )
 
 

@@ -103,7 +103,8 @@ def _add_op(g: hndl.Graph, opdef: OpDef, rng: random.Random, tensors: list[torch
 
 def _decorate(g: hndl.Graph, value: hndl.Handle, opdef: OpDef, rng: random.Random) -> hndl.Handle:
     """At random, elementwise ops or a linear after a float output."""
-    float_out = all(p.dtype not in ("int64", "bool") for p in opdef.outputs) and opdef.name not in ("positions",)
+    # An output declared "any" (arange: int64 unless its dtype says otherwise) may be integer: left undecorated.
+    float_out = all(p.dtype not in ("int64", "bool", "any") for p in opdef.outputs) and opdef.name not in ("positions",)
     if not float_out:
         return value
     for _ in range(rng.randint(0, 2)):

@@ -157,7 +157,7 @@ class Opaque(nn.Module):
         self.factor = scale
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.cumsum(x, -1) * self.factor
+        return torch.cumprod(x, -1) * self.factor
 
 
 class UsesOpaque(nn.Module):

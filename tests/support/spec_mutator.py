@@ -469,6 +469,12 @@ HOSTILE_MODELS: dict[str, bytes] = {
     "sizes whose product is huge": edit_header(
         model_file(MLP_SPEC, MLP_TENSORS), "nodes.n_a.bias", shape=[2**62] * 100
     ),
+    # issue 40: a tied name stored as well as tied (one of the two values was dropped without a word)
+    "both tied names stored": model_file(
+        MLP_SPEC.replace("out_features: 4}}", "out_features: 4, tie: {weight: a.weight}}}"),
+        MLP_TENSORS,
+        tied={"nodes.n_b.weight": "nodes.n_a.weight"},
+    ),
 }
 #: Model files that load, for the fuzzer to mutate.
 MODEL_SEEDS: dict[str, bytes] = {

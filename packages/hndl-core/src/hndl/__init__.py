@@ -13,6 +13,7 @@ from __future__ import annotations
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import ops as _builtin_ops  # noqa: F401  (registers the built-in ops)
@@ -27,6 +28,8 @@ from ._errors import Problem as Problem
 from ._graph import Graph as Graph
 from ._graph import Handle as Handle
 from ._graph import split_ref as split_ref
+from ._meaning import HndlWarning as HndlWarning
+from ._param_overrides import override_params as _override_params
 from ._param_types import ParamType as ParamType
 from ._plan import Plan as Plan
 from ._plan import Step as Step
@@ -41,7 +44,7 @@ from ._registry import registry as registry
 from ._spec_dumper import dumps as dumps
 from ._spec_dumper import flow_yaml as flow_yaml
 from ._spec_loader import load as _load_file
-from ._spec_loader import loads as loads
+from ._spec_loader import loads as _load_text
 from ._spec_loader import looks_like_text as _spec_text
 from ._spec_schema import spec_schema as spec_schema
 from ._summary import Summary as Summary
@@ -66,6 +69,7 @@ __all__ = [
     "GraphModule",
     "Handle",
     "HndlError",
+    "HndlWarning",
     "InferError",
     "OpDef",
     "Param",
@@ -111,7 +115,7 @@ def build(graph: Graph) -> GraphModule:
     return build_module(graph)
 
 
-def load(path: str | os.PathLike[str], *, allow_imports: bool = False) -> Graph:
+def load(path: str | os.PathLike[str], params: Mapping[str, Any] | None = None, allow_imports: bool = False) -> Graph:
     """Read the spec file at ``path`` (or the model zoo's entry ``"zoo:NAME"``) into a :class:`~hndl.Graph`.
 
     ``load`` only ever reads the file it is given; spec *text* goes to :func:`loads`. A string that is
@@ -120,6 +124,11 @@ def load(path: str | os.PathLike[str], *, allow_imports: bool = False) -> Graph:
 
     Args:
         path: the file, as ``str`` or ``os.PathLike``; ``"zoo:NAME"`` is the zoo entry (:func:`hndl.zoo.get`).
+        params: values for the spec's top-level ``params`` (``{"image_size": 96}``): the graph is as if the
+            file had been written with them, so every ``$`` reference and expression that uses one, and every
+            input shape that names one, follows. Each name must be one the spec declares and each value of the
+            declared value's kind (a number where it declares ``0.1`` also takes an integer; ``None`` replaces
+            any). ``hndl check --param NAME=VALUE`` is the same from the shell.
         allow_imports: whether the graph may use op ``module``, which imports a Python class by name when the
             model is built. Leave it off for files you did not write.
 
@@ -130,13 +139,36 @@ def load(path: str | os.PathLike[str], *, allow_imports: bool = False) -> Graph:
 
     Raises:
         HndlError: E_SPEC for a path that names no file or cannot be read, text passed instead of a path, an
-            unknown zoo entry, and every problem with the spec's structure (see :func:`loads`).
+            unknown zoo entry, and every problem with the spec's structure (see :func:`loads`); E_PARAM for an
+            override the spec does not declare (with the close names) or of another kind than its value, at
+            the line that declares it.
     """
     if isinstance(path, str) and path.startswith("zoo:") and not _spec_text(path):  # a model zoo entry, not a file
         from .zoo import get
 
-        return get(path)
-    return _load_file(path, allow_imports=allow_imports)  # text (even one starting "zoo:") is refused there
+        graph = get(path)
+        return _override_params(graph, params, what=path.partition("@")[0])
+    # text (even one starting "zoo:") is refused there
+    return _override_params(_load_file(path, allow_imports=allow_imports), params)
+
+
+def loads(text: str | bytes, params: Mapping[str, Any] | None = None, allow_imports: bool = False) -> Graph:
+    """Read spec text (YAML, or JSON with the same structure) into a :class:`~hndl.Graph`.
+
+    Reading never imports or executes anything and never touches the file system. Locations read
+    ``<string>:line:col``.
+
+    Args:
+        text: the spec, as ``str`` or UTF-8 ``bytes``.
+        params: overrides of the spec's top-level ``params``, as for :func:`load`.
+        allow_imports: as for :func:`load`.
+
+    Raises:
+        HndlError: listing every problem with the spec's structure: E_SPEC for bytes that are not UTF-8, YAML
+            syntax, wrong types, unknown or missing keys and a bad format version; E_NAME for invalid or
+            duplicate names; E_PARAM for an override as for :func:`load`.
+    """
+    return _override_params(_load_text(text, allow_imports=allow_imports), params)
 
 
 def save(model: GraphModule, path: str | os.PathLike[str]) -> None:
@@ -301,13 +333,16 @@ def generate(
     """Continue each prompt of ``input_ids`` ``[B, T]`` (int64, left-padded where ``attention_mask`` is false) by
     up to ``max_new_tokens`` tokens with a key/value cache: greedy, or sampled with ``temperature``,
     ``top_k``, ``top_p`` from ``generator`` (or a fresh one seeded with ``seed``); a row ends at ``eos_token_id``
-    and is filled with ``pad_token_id`` after it; ``max_length`` bounds prompt plus new tokens. ``model``: a zoo
-    decoder (gpt2, llama, mistral) built plain (its variant made with ``kv_cache``: ``"static"`` or ``"grow"``) or
-    with ``kv_cache=True`` or ``"grow"``, or any graph with a cache interface. Returns ``[B, T + n]`` int64. See :func:`hndl.generation.generate` and docs/generation.md.
+    and is filled with ``pad_token_id`` after it (a list of ids: any of them); ``max_length`` bounds prompt plus
+    new tokens. ``model``: any built decoder whose attention is causal self-attention (zoo, hand-written or
+    imported; its cached variant is derived with :func:`hndl.generation.with_kv_cache`, ``kv_cache``:
+    ``"static"`` or ``"grow"``), or a model with a cache interface. Returns ``[B, T + n]`` int64. See
+    :func:`hndl.generation.generate` and docs/generation.md.
 
     Raises:
-        HndlError: E_INPUT for ids of another dtype or outside the vocabulary, a prompt longer than the model's
-            positions, a mask that does not match, bad sampling settings, a model without the cache interface.
+        HndlError: E_INPUT before the first model call for ids of another dtype or outside the vocabulary, a
+            prompt longer than the model's positions, a mask that does not match, bad sampling settings or special
+            ids, a model whose cached variant cannot be derived (naming the node and why).
     """
     from .generation import generate as run
 

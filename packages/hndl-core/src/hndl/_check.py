@@ -14,26 +14,34 @@ inferred parameters and the types of its inputs and outputs. Lowering it into th
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
+from ._checked import CheckedGraph as CheckedGraph
+from ._checked import CheckedNode as CheckedNode
+from ._checked import DeclaredOutput as DeclaredOutput
+from ._checked import repetition_inputs as repetition_inputs
 from ._contracts import Contract, ShapePattern, TensorType, dtype_satisfies, format_shape
-from ._dims import DimError
+from ._dims import DimError, format_dim, free_symbols
 from ._errors import Problem, ProblemList
-from ._graph import Graph, Node, OutputSpec
+from ._graph import Graph, Node, OutputSpec, split_ref
 from ._graph_params import (
     ValueBudget,
     bind_contract,
     bind_node,
+    compute_params,
     is_reference,
     repetition_params,
     repetition_uses,
     resolve,
     seed_env,
+    whole_keys,
 )
 from ._hints import fix_candidates, node_hint, shape_fix
 from ._infer import BoundPorts, Report, active_ports, bind_ports, infer_node, input_count_words
+from ._meaning import HndlWarning, meaning_warnings
+from ._position_limits import position_limits
 from ._registry import OpDef, Params, registry
 from ._resolve import (
     MAX_NESTING,
@@ -45,7 +53,7 @@ from ._resolve import (
     validate_params,
 )
 from .naming import excerpt, suggestion
-from .ops._common import Requirement, collect_requirements
+from .ops._common import collect_requirements
 
 __all__ = [
     "MAX_CHECKED_DIMS",
@@ -61,7 +69,6 @@ __all__ = [
     "repetition_inputs",
 ]
 
-T = TypeVar("T")
 
 #: The most nodes a graph may expand to: its leaf nodes with subgraph repetitions expanded, and each repetition
 #: itself (a subgraph without nodes still costs a walk). ``repeat`` is at most 1,000 per node, but repetitions
@@ -84,120 +91,6 @@ MAX_META_DIMS = 50_000
 _MAX_CONFIGURATIONS = 10_000
 
 
-@dataclass
-class CheckedNode:
-    """A node after checking. ``path`` is its key path under the GraphModule's ``nodes`` dict."""
-
-    name: str
-    qualname: str
-    path: tuple[str, ...]
-    opdef: OpDef
-    params: Params
-    inputs: list[str]  # value ids
-    outputs: list[str]  # value ids
-    in_types: list[TensorType]
-    out_types: list[TensorType]
-    location: str | None
-    body: list[CheckedGraph] = field(default_factory=list)  # op 'graph': one checked subgraph per repetition
-    #: op 'graph': whether the repetitions are a level of names (``blocks.0.attn``); a subgraph used without
-    #: ``repeat`` runs once and its nodes are named ``block.attn``.
-    indexed: bool = True
-    #: Tied parameters: this node's parameter (dotted within its layer) -> the qualified name of the parameter
-    #: it shares (``"wte.weight"``: node ``wte``'s parameter ``weight``). The builder makes them one Parameter.
-    ties: dict[str, str] = field(default_factory=dict)
-    # Bounds its shape arithmetic puts on symbolic dims (H >= 7), checked against the inputs on each validating call.
-    requires: list[Requirement] = field(default_factory=list)
-    #: op 'graph': for each input of the subgraph, whether every repetition reads it from the node's inputs
-    #: (``shared``) rather than from the previous repetition's outputs; empty: none is.
-    shared: tuple[bool, ...] = ()
-
-    @property
-    def op(self) -> str:
-        return self.opdef.name
-
-    def problem(self, code: str, message: str, **fields: Any) -> Problem:
-        """A problem about this node, named and located the standard way (for build and run-time checks)."""
-        return Problem(code, message, node=self.qualname, op=self.op, location=self.location, **fields)
-
-    def __repr__(self) -> str:
-        # Short on purpose: the dataclass repr printed the OpDef and every subgraph repetition in full.
-        ins = ", ".join(str(t) for t in self.in_types) or "nothing"
-        outs = ", ".join(str(t) for t in self.out_types) or "nothing"
-        return f"<CheckedNode {self.op} '{self.qualname}': {ins} -> {outs}>"
-
-
-@dataclass(frozen=True)
-class DeclaredOutput:
-    """An output's declared contract, as the run-time check reads it.
-
-    Attributes:
-        label: the output's name, or the reference it returns when it has none.
-        expected: the declared shape with its symbols replaced by what the checker matched them to (dims over the
-            graph inputs' symbols, so the call's bindings evaluate it; ``None`` when no shape is declared) and
-            the declared dtype rule (``"any"`` when none is).
-        proven: whether static inference proves the contract for every binding of the symbols; the run-time
-            check then has nothing to add.
-        node: the node whose shape the output is (through nodes that keep a shape), for messages.
-        location: where the output was declared, for messages.
-    """
-
-    label: str
-    expected: TensorType
-    proven: bool
-    node: CheckedNode | None
-    location: str | None = None
-
-
-@dataclass
-class CheckedGraph:
-    """A graph after checking: inputs with their contracts and static types, nodes in execution order."""
-
-    graph: Graph
-    input_names: list[str]
-    input_ids: list[str]  # value ids of the inputs (same as names at the top level)
-    contracts: list[Contract]
-    nodes: list[CheckedNode]
-    output_ids: list[str]
-    types: dict[str, TensorType]  # value id -> type
-    #: Per output, its declared contract (``None`` for an output that declares none).
-    declared_outputs: list[DeclaredOutput | None] = field(default_factory=list)
-
-    @property
-    def output_types(self) -> list[TensorType]:
-        return [self.types[v] for v in self.output_ids]
-
-    def __repr__(self) -> str:
-        """One line, whatever the graph's size: ``print(hndl.check(g))`` says what was checked, not every node
-        (the dataclass repr of a ResNet-50 was 24.6 KB); the nodes are in :attr:`nodes`, the table in
-        :func:`hndl.summary`."""
-        ins = ", ".join(f"{n} {self.types[v]}" for n, v in zip(self.input_names, self.input_ids))
-        outs = ", ".join(
-            f"{self.graph.output_name(i)} {t}" if i < len(self.graph.outputs) else str(t)
-            for i, t in enumerate(self.output_types)
-        )
-        leaves = _count_leaves(self)
-        return (
-            f"<CheckedGraph '{self.graph.name}': {ins or 'no inputs'} -> {outs or 'no outputs'}; "
-            f"{leaves} node{'s' if leaves != 1 else ''} checked>"
-        )
-
-
-def _count_leaves(graph: CheckedGraph) -> int:
-    return sum(sum(_count_leaves(body) for body in node.body) if node.body else 1 for node in graph.nodes)
-
-
-def repetition_inputs(node: CheckedNode, outer: Sequence[T], previous: Sequence[T] | None) -> list[T]:
-    """What one repetition of a ``graph`` node reads, given the node's own inputs ``outer`` and the previous
-    repetition's outputs (``None`` for the first): its shared inputs and the first repetition's come from
-    ``outer``; every other input takes the previous outputs, in order. The checker, the plan and the summary all
-    feed repetitions through this one function."""
-    if previous is None:
-        return list(outer)
-    carried = iter(previous)
-    shared = node.shared or (False,) * len(outer)
-    return [value if is_shared else next(carried) for value, is_shared in zip(outer, shared)]
-
-
 def check(graph: Graph) -> CheckedGraph:
     """Check ``graph`` completely and infer every type.
 
@@ -209,6 +102,9 @@ def check(graph: Graph) -> CheckedGraph:
     result = checker.check_root()
     checker.problems.raise_if_any(title=f"graph '{graph.name}'")
     assert result is not None
+    result.warnings = meaning_warnings(result)
+    for problem in result.warnings:
+        warnings.warn(HndlWarning(problem), stacklevel=2)
     return result
 
 
@@ -238,10 +134,21 @@ class _Checker:
             return None
         # The top level's inputs follow its configuration as a subgraph's do: a dim that names an integer
         # parameter is that parameter's value, statically and in the run-time check (``CheckedGraph.contracts``).
+        # Parameters computed from others ("$hidden_size // num_heads") first: everything else reads the values.
+        params, param_problems = compute_params(g.params, self.budget)
+        for name, reason, hint in param_problems:
+            self.problems.add(
+                "E_PARAM",
+                f"parameter {name!r} of graph {g.name!r}: {reason}",
+                location=g.param_locations.get(name, g.location),
+                hint=hint,
+            )
+        if param_problems:  # the nodes that read them would only repeat it
+            return None
         contracts: list[Contract] = []
         types: dict[str, TensorType | None] = {}
         for name, spec in g.inputs.items():
-            contract, reason = bind_contract(spec.contract, g.params)
+            contract, reason = bind_contract(spec.contract, params)
             contracts.append(contract)
             if len(contract.shape.entries) > MAX_RANK:
                 types[name] = None
@@ -271,7 +178,7 @@ class _Checker:
                 hint="call g.output(...) or add an 'outputs:' list",
             )
         try:
-            checked = self.check_graph(g, types, prefix="", path=(), bindings=dict(g.params))
+            checked = self.check_graph(g, types, prefix="", path=(), bindings=params)
         except _TooLarge as stop:
             # The count before the walk reads repeats as written; one given by a graph parameter ("$depth") is
             # only known as the walk binds it, so the walk keeps its own count and stops at the same limit.
@@ -295,6 +202,9 @@ class _Checker:
             return None
         if checked is not None:
             checked.contracts = contracts
+            # A position table bounds the sequence it is indexed by: a range of the inputs, checked with them.
+            checked.contracts, too_long = position_limits(checked)
+            self.problems.problems.extend(too_long)
         return checked
 
     def check_graph(
@@ -310,20 +220,42 @@ class _Checker:
         types: dict[str, TensorType | None] = {ids[n]: t for n, t in input_types.items()}
         nodes: list[CheckedNode] = []
         ports: dict[str, list[str]] = {}  # node name -> output value ids (for port resolution)
+        # Node name -> why it is not there: left out by its 'when' with nothing to pass through (pattern 1 of
+        # SPEC 1.6: an optional parameter); a reference to it reads nothing.
+        absent: dict[str, str] = {}
         failed = False
+        # A symbol an input's shape binds to a number (C of [B, C, H, W] given [B, 64, H, W]) is a size known
+        # at build time: nodes may use it as a parameter (SPEC 1.6.2). Declared parameters come first.
+        sizes, unknown = self._input_sizes(g, ids, types, bindings)
+        node_bindings = {**sizes, **bindings} if sizes else bindings
         for written in order_nodes(g, prefix, self.problems):
             qual = prefix + written.name
-            node = self._bind(written, bindings, qual)
-            in_ids = [resolve_ref(g, written, ref, ids, ports, prefix, self.problems) for ref in written.inputs]
+            node = self._bind(written, node_bindings, qual, unknown)
+            in_ids: list[str | None] = []
+            missing: list[int] = []  # positions of inputs that name a node left out
+            for i, ref in enumerate(written.inputs):
+                if isinstance(ref, str) and ref not in ids and split_ref(ref)[0] in absent:
+                    missing.append(i)
+                    in_ids.append(None)
+                else:
+                    in_ids.append(resolve_ref(g, written, ref, ids, ports, prefix, self.problems))
             if node is not None and (node.when is not True or node.otherwise is not None):
-                present = self._present(node, qual, in_ids)
-                if present is False:
-                    # A node left out passes its input through: the one 'otherwise' names, or its only one.
-                    passed = node.inputs.index(node.otherwise) if node.otherwise is not None else 0
-                    ports[written.name] = [in_ids[passed]]  # type: ignore[list-item]
+                present = self._present(node, qual, in_ids, missing)
+                # A node that reads one left out takes its other branch when it has one: its 'otherwise'.
+                if present is False or (present and missing and node.otherwise is not None):
+                    # A node left out passes its input through: the one 'otherwise' names, or its only one that
+                    # exists; with none, it is not there either.
+                    passed = self._passed_through(node, missing)
+                    if passed is None or passed in missing:
+                        absent[written.name] = self._why_absent(written, passed, missing if present else None)
+                    else:
+                        ports[written.name] = [in_ids[passed]]  # type: ignore[list-item]
                     continue
                 if present is None:
                     node = None
+            if node is not None and missing:
+                self._report_absent_reads(written, qual, missing, absent)
+                node = None
             opdef = resolve_op(written, qual, self.problems) if node is not None else None
             if opdef is not None and not opdef.runs_subgraph:  # leaves, as the count before the walk counts them
                 self.expanded += 1
@@ -331,7 +263,9 @@ class _Checker:
                     raise _TooLarge(qual)
             params = None
             if node is not None and opdef is not None:
-                params = validate_params(node, opdef, qual, self.problems, allow_imports=g.allow_imports)
+                params = validate_params(
+                    node, opdef, qual, self.problems, allow_imports=g.allow_imports, sizes=sizes, unknown=unknown
+                )
             count = output_count(opdef, params, self.library)
             out_ids = [qual] if count == 1 else [f"{qual}.{i}" for i in range(count)]
             ports[written.name] = out_ids
@@ -369,6 +303,19 @@ class _Checker:
         env = self._graph_env(g, ids, types, bindings)
         for i, ref in enumerate(g.outputs):
             loc = g.output_locations[i] if i < len(g.output_locations) else None
+            if isinstance(ref, str) and ref not in ids and split_ref(ref)[0] in absent:
+                label = g.output_name(i)
+                subject = f"output {excerpt(label)} of graph {excerpt(g.name)}"
+                subject += f" reads {excerpt(ref)}, which" if label != ref else ""
+                self.problems.add(
+                    "E_REF",
+                    f"{subject} {absent[split_ref(ref)[0]]}",
+                    location=loc or g.location,
+                    hint="a graph's outputs exist in every configuration: return a value that is always there, "
+                    "or a node with the same 'when' and an 'otherwise'",
+                )
+                failed = True
+                continue
             out_id = resolve_ref(g, None, ref, ids, ports, prefix, self.problems, location=loc or g.location)
             if out_id is None:
                 failed = True
@@ -517,15 +464,91 @@ class _Checker:
             node = self.producers.get(node.inputs[0])
         return chain[::-1]
 
-    def _bind(self, node: Node, bindings: Mapping[str, Any], qual: str) -> Node | None:
-        """``node`` with its graph-parameter references replaced by their values; ``None`` once reported."""
-        bound, problems = bind_node(node, bindings, self.budget)
+    def _bind(self, node: Node, bindings: Mapping[str, Any], qual: str, unknown: Mapping[str, str]) -> Node | None:
+        """``node`` with its graph-parameter references replaced by their values; ``None`` once reported.
+        ``unknown`` says why a symbol of the inputs' shapes that is no number cannot be used (a reason each)."""
+        opdef = registry.find(node.op) if isinstance(node.op, str) else None
+        bound, problems = bind_node(node, bindings, self.budget, unknown, whole_keys(opdef))
         for key, reason, hint in problems:
             self.problems.add("E_PARAM", reason, node=qual, op=node.op, location=node.where(key), hint=hint)
         return None if problems else bound
 
-    def _present(self, node: Node, qual: str, in_ids: list[str | None]) -> bool | None:
-        """Whether a node with a ``when`` exists (``None`` once a problem is reported)."""
+    @staticmethod
+    def _input_sizes(
+        g: Graph, ids: Mapping[str, str], types: Mapping[str, TensorType | None], bindings: Mapping[str, Any]
+    ) -> tuple[dict[str, int], dict[str, str]]:
+        """The symbols ``g``'s input shapes name: ``(sizes, unknown)``, ``sizes`` those bound to a number here
+        (by this use's inputs, this repetition's, or an integer graph parameter of that name), ``unknown`` the
+        others, each with why it is no number (for messages)."""
+        env: dict[str, Any] = seed_env(bindings)
+        sizes: dict[str, int] = {}
+        unknown: dict[str, str] = {}
+        for name, spec in g.inputs.items():
+            t = types.get(ids[name])
+            if t is None or t.shape is None:
+                continue
+            pattern = spec.contract.shape
+            before = set(env)
+            pattern.match(t.shape, env)  # a mismatch was reported where the graph is used
+            for d in pattern.dims:
+                for symbol in free_symbols(d) if d is not None else ():
+                    if symbol in before and type(env[symbol]) is int:
+                        sizes[symbol] = env[symbol]  # an integer graph parameter the shape names
+            for symbol in env.keys() - before:
+                value = env[symbol]
+                if symbol in bindings or isinstance(value, tuple):
+                    continue
+                if type(value) is int:
+                    sizes[symbol] = value
+                else:
+                    here = "" if format_dim(value) == symbol else f", here {format_dim(value)},"
+                    unknown[symbol] = (
+                        f"is a size of input {name!r} ({pattern}){here} only known when the model runs, not a "
+                        "number the layers can be built with"
+                    )
+        return sizes, unknown
+
+    @staticmethod
+    def _passed_through(node: Node, missing: Sequence[int]) -> int | None:
+        """The position of the input a node left out passes through: the one ``otherwise`` names, else its only
+        one that exists (``None``: it has none)."""
+        if node.otherwise is not None:
+            return node.inputs.index(node.otherwise)
+        there = [i for i in range(len(node.inputs)) if i not in missing]
+        return there[0] if there else None
+
+    @staticmethod
+    def _why_absent(written: Node, passed: int | None, missing: Sequence[int] | None) -> str:
+        """Why a node left out is not there at all, worded to follow ``which``. ``missing``: the inputs that are
+        not there, when that (not its ``when``) is what left it out."""
+        if missing:  # left out for reading a node that is not there, so its 'otherwise' is what it passes
+            assert passed is not None
+            return f"is not there: its 'otherwise', {excerpt(written.inputs[passed])}, is not there either"
+        when = str(written.when).lower() if isinstance(written.when, bool) else excerpt(written.when)
+        left_out = f"is left out (when: {when})"
+        if not written.inputs:
+            return f"{left_out} and has no input to pass through"
+        if passed is not None:
+            return f"{left_out} and so is {excerpt(written.inputs[passed])}, the input it would pass through"
+        return f"{left_out} and so are all its inputs"
+
+    def _report_absent_reads(self, written: Node, qual: str, missing: Sequence[int], absent: Mapping[str, str]) -> None:
+        """E_REF for each input of a node that exists but reads a node left out with nothing to pass through."""
+        for i in missing:
+            ref = written.inputs[i]
+            self.problems.add(
+                "E_REF",
+                f"reads {excerpt(ref)}, which {absent[split_ref(ref)[0]]}",
+                node=qual,
+                op=written.op,
+                location=written.where("in"),
+                hint=f"give {written.name!r} an 'otherwise' (the input it passes through when {excerpt(ref)} is "
+                "not there), or read a value that is always there",
+            )
+
+    def _present(self, node: Node, qual: str, in_ids: list[str | None], missing: Sequence[int] = ()) -> bool | None:
+        """Whether a node with a ``when`` exists (``None`` once a problem is reported). ``missing`` are the
+        positions of inputs that name nodes left out: a node left out passes through its only other one."""
         if not isinstance(node.when, bool):
             self.problems.add(
                 "E_PARAM",
@@ -547,14 +570,16 @@ class _Checker:
                 hint=suggestion(node.otherwise, node.inputs),
             )
             return None
-        if not node.when and node.otherwise is None and len(in_ids) != 1:
+        there = len(in_ids) - len(missing)
+        if not node.when and node.otherwise is None and there > 1:
+            gone = f" (and {len(missing)} left out)" if missing else ""
             self.problems.add(
                 "E_PARAM",
-                f"a node left out by 'when' passes its input through, so it needs one input; it has {len(in_ids)}",
+                f"a node left out by 'when' passes its input through, so it needs one input; it has {there}{gone}",
                 node=qual,
                 op=node.op,
                 location=node.where("when"),
-                hint="say which passes through: otherwise: <one of its inputs>" if in_ids else None,
+                hint="say which passes through: otherwise: <one of its inputs>",
             )
             return None
         return node.when
@@ -619,7 +644,9 @@ class _Checker:
             self.problems.add(code, message, node=qual, op=opdef.name, **fields)
 
         ports: BoundPorts | None = None
-        ports = bind_ports(opdef, in_types, params)
+        # A subgraph without inputs (a table computed from positions and parameters) is used with none; how
+        # many a subgraph takes is its own to say (_check_subgraph).
+        ports = [] if opdef.runs_subgraph and not in_types else bind_ports(opdef, in_types, params)
         if ports is None:
             report(
                 "E_REF",
@@ -739,8 +766,8 @@ class _Checker:
         if len(ports) != len(sub.inputs):
             report(
                 "E_REF",
-                f"graph {name!r} takes {len(sub.inputs)} inputs, got {len(ports)}",
-                expected=", ".join(sub.inputs),
+                f"graph {name!r} takes {len(sub.inputs)} input{'' if len(sub.inputs) == 1 else 's'}, got {len(ports)}",
+                expected=", ".join(sub.inputs) or "none",
                 actual=", ".join(node.inputs) or "none",
             )
             return None
@@ -758,6 +785,16 @@ class _Checker:
             return None
         checked.shared = tuple(n in shared for n in sub.inputs) if shared else ()
         carried = [n for n in sub.inputs if n not in shared]
+        if repeat > 1 and not sub.inputs:
+            report(
+                "E_PARAM",
+                f"graph {name!r} takes no inputs, so its repetitions have nothing to pass from one to the next; "
+                f"repeat must be 1, got {repeat}",
+                key="repeat",
+                hint="use it once (each use has its own parameters), or give the graph an input each repetition "
+                "passes on",
+            )
+            return None
         if repeat > 1 and len(sub.outputs) != len(carried):
             what = f"inputs not shared ({', '.join(carried) or 'none'})" if shared else "inputs"
             report(
@@ -912,6 +949,24 @@ class _Checker:
                         actual=format_shape(t.shape),
                     )
                     return False
+            for limit in c.ranges:
+                # A subgraph's ranges are held statically: an int size must be inside; a symbolic one cannot be
+                # shown to be, and no run-time check sees a subgraph's inputs.
+                size = env.get(limit.symbol)
+                if size is None or (isinstance(size, int) and limit.admits(size)):
+                    continue
+                report(
+                    "E_SHAPE",
+                    f"repetition {repetition}: input {in_name!r} of graph {name!r} needs {limit}, got "
+                    + (f"{limit.symbol} = {size}" if isinstance(size, int) else f"{limit.symbol} = {size}, symbolic"),
+                    port=in_name,
+                    expected=str(limit),
+                    actual=str(size),
+                    hint=None
+                    if isinstance(size, int)
+                    else "a subgraph's ranges hold for int sizes only; declare the range on the model's own input",
+                )
+                return False
         return True
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ._dims import Dim, DimError, FloorDiv, Poly, dim_sub, format_dim, free_symbols, parse_dim, substitute
+from ._dims import MAX_DIM, Dim, DimError, FloorDiv, Poly, dim_sub, format_dim, free_symbols, parse_dim, substitute
 from .naming import dtype_name, excerpt
 
 __all__ = [
@@ -24,11 +24,13 @@ __all__ = [
     "DTYPE_CATEGORIES",
     "Contract",
     "ShapePattern",
+    "SymbolRange",
     "TensorType",
     "Variadic",
     "dtype_satisfies",
     "is_unknown",
     "parse_dtype_rule",
+    "parse_ranges",
     "unknown_dim",
 ]
 
@@ -399,21 +401,96 @@ class TensorType:
 
 
 @dataclass(frozen=True)
+class SymbolRange:
+    """The sizes a symbol of an input's shape may take: ``minimum <= symbol <= maximum`` (``None``: unbounded).
+
+    A model imported with ``torch.export`` is right only for the sizes its trace assumed (a ``Dim("B", min=5)``,
+    a branch on ``x.shape[0] > 4``); the input contract keeps them, and a call outside is ``E_INPUT``.
+    """
+
+    symbol: str
+    minimum: int | None = None
+    maximum: int | None = None
+    #: For a range the checker derives from the graph (a position table's rows), what it follows from and how to
+    #: meet it; neither is written back to a spec (the range is derived again when the spec is loaded).
+    why: str | None = field(default=None, compare=False)
+    hint: str | None = field(default=None, compare=False)
+
+    def __str__(self) -> str:
+        if self.minimum is not None and self.maximum is not None:
+            text = f"{self.minimum} <= {self.symbol} <= {self.maximum}"
+        elif self.minimum is not None:
+            text = f"{self.symbol} >= {self.minimum}"
+        else:
+            text = f"{self.symbol} <= {self.maximum}"
+        return text if self.why is None else f"{text} ({self.why})"
+
+    def admits(self, size: int) -> bool:
+        return (self.minimum is None or size >= self.minimum) and (self.maximum is None or size <= self.maximum)
+
+    def to_spec(self) -> dict[str, int]:
+        out = {}
+        if self.minimum is not None:
+            out["min"] = self.minimum
+        if self.maximum is not None:
+            out["max"] = self.maximum
+        return out
+
+
+def parse_ranges(ranges: Any, pattern: ShapePattern) -> tuple[SymbolRange, ...]:
+    """``{B: {min: 5, max: 512}}`` as :class:`SymbolRange` s, each a symbol of ``pattern``'s dims.
+
+    Raises:
+        ValueError: with a reason (not a mapping, an unknown symbol, a bound that is not a size, min > max).
+    """
+    if ranges is None:
+        return ()
+    if not isinstance(ranges, Mapping):
+        raise ValueError(f"ranges must be a mapping such as {{B: {{min: 1, max: 64}}}}, not {excerpt(ranges)}")
+    symbols = {s for d in pattern.dims if d is not None for s in free_symbols(d)}
+    out = []
+    for symbol, bounds in ranges.items():
+        if symbol not in symbols:
+            known = ", ".join(sorted(symbols)) or "none"
+            raise ValueError(f"ranges names {excerpt(symbol)}, which is no symbol of the shape (its symbols: {known})")
+        if not isinstance(bounds, Mapping) or not bounds or set(bounds) - {"min", "max"}:
+            raise ValueError(f"the range of {symbol} must be {{min: N}}, {{max: N}} or both, not {excerpt(bounds)}")
+        values = [bounds.get("min"), bounds.get("max")]
+        for key, v in zip(("min", "max"), values):
+            if v is not None and (type(v) is not int or not 0 <= v <= MAX_DIM):
+                raise ValueError(f"the {key} of {symbol}'s range must be a size (an int from 0), not {excerpt(v)}")
+        if values[0] is not None and values[1] is not None and values[0] > values[1]:
+            raise ValueError(f"the range of {symbol} is empty: min {values[0]} > max {values[1]}")
+        out.append(SymbolRange(str(symbol), values[0], values[1]))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class Contract:
-    """A graph input's contract: shape pattern, dtype rule and optional device (``"cpu"``, ``"cuda"``)."""
+    """A graph input's contract: shape pattern, dtype rule, optional device (``"cpu"``, ``"cuda"``), and the
+    range of sizes each of some of its symbols may take."""
 
     shape: ShapePattern
     dtype: str = "float"
     device: str | None = None
+    ranges: tuple[SymbolRange, ...] = ()
 
     @classmethod
-    def make(cls, shape: Any, dtype: Any = None, device: Any = None) -> Contract:
+    def make(cls, shape: Any, dtype: Any = None, device: Any = None, ranges: Any = None) -> Contract:
         """Build from user input. Raises ``ValueError`` with a reason on bad input."""
         pattern = ShapePattern.parse(shape)
         rule = "float" if dtype is None else parse_dtype_rule(dtype)
         if device is not None and not isinstance(device, str):
             raise ValueError(f"device must be a string such as 'cpu' or 'cuda', not {device!r}")
-        return cls(pattern, rule, device)
+        return cls(pattern, rule, device, parse_ranges(ranges, pattern))
+
+    def range_reason(self, env: Mapping[str, Any]) -> tuple[SymbolRange, int] | None:
+        """The first range a bound symbol breaks, with its size (``None`` when every bound one is inside)."""
+        for r in self.ranges:
+            size = env.get(r.symbol)
+            if isinstance(size, int) and not r.admits(size):
+                return r, size
+        return None
 
     def static_type(self) -> TensorType:
         """The type inference starts from: the pattern itself, a ``*name`` entry kept as an open run of dims."""
@@ -428,4 +505,6 @@ class Contract:
             out["dtype"] = self.dtype
         if self.device is not None:
             out["device"] = self.device
+        if self.ranges:
+            out["ranges"] = {r.symbol: r.to_spec() for r in self.ranges}
         return out

@@ -41,13 +41,22 @@ call-time problem adds the symbols bound so far, so a mismatch can be traced to 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .naming import excerpt, printable
 
-__all__ = ["CODES", "HndlError", "Problem", "describe_node"]
+__all__ = ["CODES", "HndlError", "Problem", "clip", "describe_node", "echo", "echo_list"]
+
+# Messages echo untrusted text (a checkpoint's keys, a config's values, a spec's names), so every echo is bounded:
+# one value at most VALUE_LIMIT characters, one list at most LIST_LIMIT items, and, whatever a message was built
+# from, each rendered line at most LINE_LIMIT characters and one error at most PROBLEM_LIMIT problems shown (all
+# of them stay in HndlError.problems). A 1 MB key or 32,000 unexpected keys make a message of a few KB.
+VALUE_LIMIT = 200
+LIST_LIMIT = 10
+LINE_LIMIT = 2000
+PROBLEM_LIMIT = 50
 
 #: Every error code hndl uses, with its meaning. The docs generator documents each one from this table.
 CODES: dict[str, str] = {
@@ -75,6 +84,40 @@ def describe_node(op: str | None, node: str | None) -> str:
     return f"{op} '{node}'" if op else f"node '{node}'"
 
 
+def clip(text: str, limit: int = VALUE_LIMIT) -> str:
+    """``text`` cut to ``limit`` characters, saying how many were left out: how a message shows text it does
+    not quote (a key as a problem's ``actual``)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+
+
+def echo(value: Any, limit: int = VALUE_LIMIT) -> str:
+    """``repr(value)`` as a message may echo it: a string's first ``limit`` characters, another value's repr cut
+    to ``limit`` characters, then how many more there were.
+
+    >>> echo("k" * 1_000_000, limit=12)
+    "'kkkkkkkkkkkk'... (999,988 more characters)"
+    """
+    if isinstance(value, str):
+        # The cut is taken before repr, so a megabyte is never copied or escaped whole.
+        return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value) - limit:,} more characters)"
+    return clip(excerpt(value, 2**62), limit)
+
+
+def echo_list(values: Iterable[Any], limit: int = LIST_LIMIT, *, each: int = VALUE_LIMIT, quote: bool = True) -> str:
+    """The first ``limit`` of ``values``, each as :func:`echo` writes it (or as ``str`` with ``quote=False``,
+    cut the same way), comma-separated, then how many more there were: ``'a', 'b' ... and 31,990 more``.
+
+    >>> echo_list([f"k{i}" for i in range(32_000)], limit=2)
+    "'k0', 'k1' ... and 31,998 more"
+    """
+    items = values if isinstance(values, Sequence) else list(values)
+    shown = ", ".join(echo(v, each) if quote else clip(str(v), each) for v in items[:limit])
+    more = len(items) - limit
+    return f"{shown} ... and {more:,} more" if more > 0 else shown
+
+
 def _format_value(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -84,6 +127,14 @@ def _format_value(value: Any) -> str:
         return str(value)
     except Exception:  # an integer too long to print (more than 4,300 digits), a value whose __str__ fails
         return excerpt(value)
+
+
+def _line(text: str) -> str:
+    """One line of a message: printable (see :func:`~hndl.naming.printable`) and at most :data:`LINE_LIMIT`
+    characters, whatever it was built from."""
+    if len(text) > LINE_LIMIT:
+        return printable(text[:LINE_LIMIT]) + f"... ({len(text) - LINE_LIMIT:,} more characters)"
+    return printable(text)
 
 
 @dataclass
@@ -123,7 +174,7 @@ class Problem:
         if self.port is not None:
             who = f"{who} port '{self.port}'" if who else f"port '{self.port}'"
         head = f"{self.code} {who}: {self.message}" if who else f"{self.code}: {self.message}"
-        return printable(f"{self.location}: {head}" if self.location else head)
+        return _line(f"{self.location}: {head}" if self.location else head)
 
     def __str__(self) -> str:
         lines = [self.headline()]
@@ -135,7 +186,7 @@ class Problem:
             lines.append(f"    bound:    {bound}")
         if self.hint:
             lines.append(f"    hint:     {self.hint}")
-        return "\n".join([lines[0], *(printable(line) for line in lines[1:])])
+        return "\n".join([lines[0], *(_line(line) for line in lines[1:])])
 
 
 class HndlError(Exception):
@@ -167,11 +218,13 @@ class HndlError(Exception):
         super().__init__(self._render())
 
     def _render(self) -> str:
-        body = "\n".join(str(p) for p in self.problems)
-        if len(self.problems) == 1 and self.title is None:
-            return body
-        title = printable(self.title or "graph")
+        body = "\n".join(str(p) for p in self.problems[:PROBLEM_LIMIT])
         count = len(self.problems)
+        if count > PROBLEM_LIMIT:
+            body += f"\n... and {count - PROBLEM_LIMIT:,} more problems (every one is in HndlError.problems)"
+        if count == 1 and self.title is None:
+            return body
+        title = _line(self.title or "graph")
         noun = "problem" if count == 1 else "problems"
         return f"{count} {noun} in {title}:\n{body}"
 

@@ -163,11 +163,16 @@ class Graph:
         #: belongs to, so a graph loaded without it refuses to import even as a subgraph of a trusted one.
         self.allow_imports: bool = True
         self.location: str | None = None
+        #: What the model declares it is (a spec's top-level ``kind``: ``"decoder"``, ``"encoder"``), or ``None``;
+        #: the checker warns where the attention disagrees (:mod:`hndl._meaning`).
+        self.kind: str | None = None
         #: The graph's parameters with their defaults (``{"width": 64, "stride": 1}``). A node parameter written
         #: ``"$width"`` (or an integer expression such as ``"$width*4"``) takes the value a use of the graph passes
         #: (``{op: graph, graph: block, params: {width: 128}}``), and an input shape may name an integer
         #: parameter as a dim (``[B, width, H, W]``).
         self.params: dict[str, Any] = {}
+        #: Where each parameter was declared in a spec file (``file:line:col``), for messages about overrides.
+        self.param_locations: dict[str, str] = {}
         for key, default in (params or {}).items():
             _check_name(key, "graph parameter")
             self.params[key] = default
@@ -175,7 +180,14 @@ class Graph:
 
     # -- building ---------------------------------------------------------------------------------------
 
-    def input(self, name: str, shape: Any, dtype: str | None = None, device: str | None = None) -> Handle:
+    def input(
+        self,
+        name: str,
+        shape: Any,
+        dtype: str | None = None,
+        device: str | None = None,
+        ranges: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> Handle:
         """Declare an input with a contract and return its handle.
 
         Args:
@@ -183,6 +195,8 @@ class Graph:
             shape: a shape pattern such as ``("B", 784)``, ``("*batch", "D")`` or ``"B T D"``.
             dtype: a dtype (``"int64"``) or category (``"float"``, ``"int"``, ``"any"``); any float by default.
             device: ``"cpu"``, ``"cuda"``, ... to pin the input's device; any device by default.
+            ranges: the sizes some of the shape's symbols may take, ``{"B": {"min": 5}, "T": {"max": 512}}``;
+                a call outside is ``E_INPUT``. Unbounded by default.
 
         Raises:
             HndlError: E_NAME for an invalid or taken name (or ``self``), E_SPEC for a malformed contract.
@@ -198,7 +212,7 @@ class Graph:
                 )
             )
         try:
-            contract = Contract.make(shape, dtype, device)
+            contract = Contract.make(shape, dtype, device, ranges)
         except ValueError as exc:
             raise HndlError(Problem("E_SPEC", str(exc), node=name)) from None
         self.inputs[name] = InputSpec(name, contract)

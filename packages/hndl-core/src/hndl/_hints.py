@@ -9,6 +9,9 @@ offered only when the contract accepts its result (matched strictly: equal ints,
 statically), so a hint never proposes an edit that would fail again. The same :class:`ShapeFix` is written as
 tensor code for a call (``x.permute(0, 3, 1, 2)``) and as a spec node for a graph
 (``{op: permute, dims: [0, 3, 1, 2]}``).
+
+It also says where expressions over graph parameters are documented (:data:`EXPRESSIONS_DOC`), for the problems
+that come from a value computed by hand or an expression written wrong (:func:`hndl._graph_params.expression_hint`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,16 @@ from ._contracts import ShapePattern, Variadic, format_shape, is_unknown
 from ._dims import Dim, DimError, dim_mul, format_dim, free_symbols, substitute
 from ._spec_dumper import flow_yaml
 
-__all__ = ["ShapeFix", "call_hint", "dtype_fix", "fix_candidates", "node_hint", "shape_fix"]
+__all__ = [
+    "EXPRESSIONS_DOC",
+    "EXPRESSION_HINT",
+    "ShapeFix",
+    "call_hint",
+    "dtype_fix",
+    "fix_candidates",
+    "node_hint",
+    "shape_fix",
+]
 
 #: Ranks above this get no permutation candidates (the count of permutations grows as the factorial).
 _MAX_PERMUTED_RANK = 6
@@ -298,3 +310,15 @@ def node_hint(fix: ShapeFix, *, where: str = "before it") -> str | None:
     why = f" ({fix.why})" if fix.why else ""
     written = ", then ".join(f"a node {flow_yaml(n)}" for n in nodes)
     return f"add {written} {where}: it makes {format_shape(fix.before)} into {format_shape(fix.result)}{why}"
+
+
+# --- expressions over graph parameters --------------------------------------------------------------------------
+
+#: Where the grammar of ``$`` expressions is documented, as hints name it.
+EXPRESSIONS_DOC = "docs/spec-files.md#expressions"
+
+#: The hint of an expression that does not parse: what the grammar has, and where it is written down.
+EXPRESSION_HINT = (
+    "an expression has numbers, parameter names, + - * / // % **, parentheses and min max floor ceil round int "
+    f"sqrt pow; see {EXPRESSIONS_DOC}"
+)

@@ -9,7 +9,9 @@ Built-in ops and user ops are registered the same way, with :func:`op`::
         params=[hndl.Param("factor", "float", default=1.0, doc="the multiplier")],
         inputs=[hndl.Port("x", ["*shape"])],
         outputs=[hndl.Port("y", ["*shape"], dtype="same:x")],
-        module="hndl.torch.layers.Scale",
+        layer="mylib.Scale",
+        returns="new",
+        saves="none",
     )
     def scale(p, inputs):
         '''Multiply by a constant.'''
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -32,6 +35,7 @@ from typing import Any
 
 from ._contracts import ShapePattern, TensorType, parse_dtype_rule
 from ._errors import HndlError, Problem
+from ._op_facts import SAVES, InnerRule, MacsRule
 from ._op_schema import REQUIRED as REQUIRED
 from ._op_schema import InferError as InferError
 from ._op_schema import Param as Param
@@ -39,7 +43,19 @@ from ._op_schema import Params as Params
 from ._op_schema import Port as Port
 from .naming import NAME_RE, closest, excerpt, normal_name
 
-__all__ = ["REQUIRED", "RETURNS", "InferError", "OpDef", "Param", "Params", "Port", "op", "registry"]
+__all__ = [
+    "REQUIRED",
+    "RETURNS",
+    "SAVES",
+    "FactTable",
+    "InferError",
+    "OpDef",
+    "Param",
+    "Params",
+    "Port",
+    "op",
+    "registry",
+]
 
 
 InferFn = Callable[[Params, Sequence[TensorType]], Sequence[TensorType]]
@@ -63,7 +79,13 @@ class OpDef:
             which ``inference`` must explain.
         derive: ``derive(params) -> dict`` of extra names the patterns may use (``kernel_h`` from
             ``kernel_size``), computed after validation and before the inputs are matched.
-        module: what the builder makes, for the docs (``"torch.nn.Linear"``).
+        layer: the class the builder makes, as one dotted path (``"torch.nn.Linear"``), or a tuple of them for
+            an op whose builder picks one by its parameters (``add``: ``Add``, ``TensorScalar`` or
+            ``ScalarTensor``). The fast path resolves it (``hndl.torch._inline``: which layers return a new
+            tensor) and a test holds every built-in op's builder to it; it is never imported while checking.
+        module: what the builder makes, in words, for the docs. Defaults to :attr:`layer` (later paths in the
+            first one's module by their class name: ``hndl.torch.layers.Add or TensorScalar``); give it for an
+            op whose class is not fixed (``module``: "whatever 'target' names").
         inference: for the docs, what the output patterns do not say (constraints, a rounding rule, the names a
             pattern leaves to ``infer``); the docs show it after the declared output shapes.
         example: an example node for the docs, as a spec mapping without ``in``.
@@ -85,6 +107,22 @@ class OpDef:
             are ignored: ``LayerNorm2d`` finds ``layernorm2d``).
         error_example: a node this op refuses, for the docs: ``{"params": {...}, "inputs": [shape or
             {"shape": ..., "dtype": ...}, ...]}``; the reference page shows the message it gets.
+        saves: what the layer's backward keeps of its forward, one of :data:`SAVES`: its floating ``"inputs"``
+            (a linear layer: the weight's gradient is ``grad^T @ x``), its ``"output"`` (ReLU, softmax),
+            ``"both"`` (``sdpa``, the recurrent layers), ``"none"`` (an addition, a reshape, a lookup by integer
+            indices), or ``"unknown"`` (not declared: counted as its output, the cautious guess). torch's
+            derivative formulas (``tools/autograd/derivatives.yaml``) say which. The training-memory estimate
+            (``hndl.summary(train=True)``, ``checkpointing(budget=...)``) reads it; a built-in op must declare it.
+        passes_gradient: its backward hands its output's gradient to its inputs as it is, or as views of it
+            (``add``, ``reshape``, ``concat``): no new memory. Such an op keeps nothing (``saves="none"``).
+        inner_memory: ``inner_memory(node) -> [(elements, dtype), ...] | None``: what the layer keeps inside it
+            for backward besides its inputs and output (attention's projected queries, keys and values,
+            dropout's mask; ``"float"`` for the model's floating dtype), ``None`` when a shape it needs is
+            unknown. ``node`` is a checked node: its ``params``, ``in_types`` and ``out_types``.
+        macs: ``macs(node) -> Dim | None``: the node's multiply-adds, for the products torch's
+            ``FlopCounterMode`` counts (FLOPs = 2 x MACs), ``None`` when a shape it needs is unknown. Without
+            it an op counts 0 (element-wise ops, norms, pooling); :mod:`hndl._op_facts` holds the built-in
+            ops' shared rules.
     """
 
     name: str
@@ -105,6 +143,23 @@ class OpDef:
     returns: str = "unknown"
     aliases: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     error_example: Mapping[str, Any] | None = None
+    layer: str | tuple[str, ...] = ""
+    saves: str = "unknown"
+    passes_gradient: bool = False
+    inner_memory: InnerRule | None = None
+    macs: MacsRule | None = None
+
+    def __post_init__(self) -> None:
+        # The docs' "Builds" line is the layer's path unless the op words it itself: one place names the class.
+        if not self.module and self.layer_paths:
+            object.__setattr__(self, "module", _layer_text(self.layer_paths))
+
+    @property
+    def layer_paths(self) -> tuple[str, ...]:
+        """:attr:`layer` as a tuple of dotted paths (empty when not declared)."""
+        if isinstance(self.layer, str):
+            return (self.layer,) if self.layer else ()
+        return tuple(self.layer)
 
     @property
     def summary(self) -> str:
@@ -349,6 +404,54 @@ RESERVED_PARAM_NAMES = ("op", "in", "name", "tie", "when", "otherwise")
 #: What an op's layer may return (:attr:`OpDef.returns`).
 RETURNS = ("new", "input", "view", "state", "unknown")
 
+#: A class's dotted path (:attr:`OpDef.layer`).
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+def _layer_text(paths: Sequence[str]) -> str:
+    """``hndl.torch.layers.Add or TensorScalar``: the paths joined, a later one in the first one's module by its
+    class name (the docs' "Builds" line)."""
+    home = paths[0].rpartition(".")[0] if paths and isinstance(paths[0], str) else ""
+    return " or ".join(
+        p.rpartition(".")[2] if i and isinstance(p, str) and p.rpartition(".")[0] == home else str(p)
+        for i, p in enumerate(paths)
+    )
+
+
+def _built_in(opdef: OpDef) -> bool:
+    """Whether ``opdef`` is one of hndl's own ops (its builder lives in :mod:`hndl.ops`)."""
+    return str(getattr(opdef.build, "__module__", "")).startswith("hndl.ops.")
+
+
+def _validate_facts(opdef: OpDef) -> None:
+    """The facts the estimates and the fast path read (:attr:`OpDef.saves`, ``layer``, ``macs``, ...)."""
+    if opdef.saves not in SAVES:
+        raise ValueError(f"op {opdef.name!r}: saves must be one of {', '.join(SAVES)}, not {opdef.saves!r}")
+    if opdef.saves == "unknown" and _built_in(opdef) and not opdef.runs_subgraph:
+        # A built-in op that says nothing was counted as keeping its output, silently: gru, lstm and
+        # relative_position_bias went missing from a side table that way.
+        raise ValueError(
+            f"op {opdef.name!r}: a built-in op must declare what its backward keeps (saves=inputs, output, both "
+            "or none)"
+        )
+    if not isinstance(opdef.passes_gradient, bool):
+        raise ValueError(f"op {opdef.name!r}: passes_gradient must be True or False, not {opdef.passes_gradient!r}")
+    if opdef.passes_gradient and opdef.saves != "none":
+        raise ValueError(
+            f"op {opdef.name!r}: an op that passes its gradient through keeps nothing for backward, so it declares "
+            f"saves='none', not {opdef.saves!r}"
+        )
+    for what in ("inner_memory", "macs"):
+        rule = getattr(opdef, what)
+        if rule is not None and not callable(rule):
+            raise ValueError(f"op {opdef.name!r}: {what} must be a function of the checked node, not {rule!r}")
+    paths = opdef.layer_paths
+    if not all(isinstance(p, str) and _DOTTED.match(p) for p in paths):
+        raise ValueError(
+            f"op {opdef.name!r}: layer must be a class's dotted path (or a tuple of them), such as "
+            f"'torch.nn.Linear', not {opdef.layer!r}"
+        )
+
 
 def _validate_opdef(opdef: OpDef) -> None:
     if not isinstance(opdef.name, str) or not NAME_RE.match(opdef.name):
@@ -390,10 +493,36 @@ def _validate_opdef(opdef: OpDef) -> None:
         if port.shape is not None:
             ShapePattern.parse(port.shape)
         parse_dtype_rule(port.dtype, ports=names)
+    _validate_facts(opdef)
 
 
 #: The process-wide op registry.
 registry = Registry()
+
+
+class FactTable(Mapping[str, Any]):
+    """Op name -> one fact of the registered ops that declare it, read from their :class:`OpDef` on every lookup
+    (so a plugin's ops are in it once loaded): what ``hndl._saved.SAVES`` and ``hndl._costs.MACS`` are. A view,
+    never a second place to write a fact."""
+
+    def __init__(self, read: Callable[[OpDef], Any], declared: Callable[[Any], bool]) -> None:
+        self._read = read
+        self._declared = declared
+
+    def __getitem__(self, name: str) -> Any:
+        opdef = registry.find(name) if isinstance(name, str) else None
+        if opdef is None or not self._declared(self._read(opdef)):
+            raise KeyError(name)
+        return self._read(opdef)
+
+    def __iter__(self) -> Iterator[str]:
+        return (o.name for o in registry if self._declared(self._read(o)))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"FactTable({dict(self)!r})"
 
 
 def op(
@@ -415,6 +544,11 @@ def op(
     returns: str = "unknown",
     aliases: Mapping[str, Mapping[str, Any]] | None = None,
     error_example: Mapping[str, Any] | None = None,
+    layer: str | Sequence[str] = "",
+    saves: str = "unknown",
+    passes_gradient: bool = False,
+    inner_memory: InnerRule | None = None,
+    macs: MacsRule | None = None,
 ) -> Callable[[BuildFn], BuildFn]:
     """Register the decorated builder as op ``name``. See :class:`OpDef` for the arguments.
 
@@ -442,6 +576,11 @@ def op(
                 returns=returns,
                 aliases=dict(aliases or {}),
                 error_example=error_example,
+                layer=layer if isinstance(layer, str) else tuple(layer),
+                saves=saves,
+                passes_gradient=passes_gradient,
+                inner_memory=inner_memory,
+                macs=macs,
             ),
             replace=replace,
         )

@@ -13,6 +13,7 @@ from typing import Any
 
 from ._errors import ProblemList
 from ._graph import Graph, Node, split_ref
+from ._graph_params import NUMERIC_PARAM_TYPES, UNKNOWN_SIZE_HINT, expression_hint
 from ._registry import REQUIRED, OpDef, Param, Params, registry
 from .naming import EXCERPT_LIMIT, excerpt, suggestion
 
@@ -182,12 +183,22 @@ def resolve_op(node: Node, qualname: str, problems: ProblemList) -> OpDef | None
 
 
 def validate_params(
-    node: Node, opdef: OpDef, qualname: str, problems: ProblemList, *, allow_imports: bool
+    node: Node,
+    opdef: OpDef,
+    qualname: str,
+    problems: ProblemList,
+    *,
+    allow_imports: bool,
+    sizes: Mapping[str, int] | None = None,
+    unknown: Mapping[str, str] | None = None,
 ) -> Params | None:
     """``node``'s parameters checked against ``opdef``'s schema, defaults filled in.
 
     ``allow_imports`` is the flag of the graph the node belongs to: an op that imports code by name
-    (:attr:`OpDef.imports_code`) is refused in a graph loaded without it.
+    (:attr:`OpDef.imports_code`) is refused in a graph loaded without it. ``sizes`` are the symbols the graph's
+    input shapes bind to numbers here (``C`` of ``[B, C, H, W]``): a value the parameter refuses as written that
+    names one, as the whole value or an item of a list (``out_channels: C``, ``kernel_size: [K, K]``), takes its
+    number; ``unknown`` names the symbols that are no number here, each with why (for the message).
 
     Returns ``None`` after reporting E_PARAM for every unknown, missing or invalid parameter.
     """
@@ -217,16 +228,24 @@ def validate_params(
             )
     for p in opdef.params:
         if p.name in node.params:
-            value, reason = p.validate(node.params[p.name])
+            written = node.params[p.name]
+            value, reason = p.validate(written)
+            if reason and sizes:
+                sized = _with_sizes(written, sizes)
+                if sized is not written:
+                    value, sized_reason = p.validate(sized)
+                    reason = sized_reason and f"{sized_reason} (with the sizes of the inputs' shapes)"
             if reason:
                 ok = False
+                symbol = _unknown_size(written, unknown) if unknown else None
                 problems.add(
                     "E_PARAM",
-                    f"parameter {p.name!r} {reason}",
+                    f"parameter {p.name!r} {reason}"
+                    + (f"; {symbol!r} {unknown[symbol]}" if symbol is not None and unknown else ""),
                     node=qualname,
                     op=opdef.name,
                     location=node.where(p.name),
-                    hint=_param_hint(p, node.params[p.name]),
+                    hint=UNKNOWN_SIZE_HINT if symbol is not None else _param_hint(p, written),
                 )
             else:
                 values[p.name] = value
@@ -258,8 +277,29 @@ def validate_params(
     return Params(values)
 
 
+def _with_sizes(value: Any, sizes: Mapping[str, int]) -> Any:
+    """``value`` with a string that names a size (or a list item that does) replaced by the size's number;
+    ``value`` itself when nothing is replaced."""
+    if isinstance(value, str):
+        return sizes.get(value, value)
+    if isinstance(value, (list, tuple)) and any(isinstance(v, str) and v in sizes for v in value):
+        items = [sizes.get(v, v) if isinstance(v, str) else v for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    return value
+
+
+def _unknown_size(value: Any, unknown: Mapping[str, str]) -> str | None:
+    """The symbol of ``unknown`` that ``value`` names, as the whole value or a list item, if any."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return next((v for v in items if isinstance(v, str) and v in unknown), None)
+
+
 def _param_hint(p: Param, value: Any) -> str | None:
-    """The closest allowed choice for a misspelt one, else what the parameter is."""
+    """The closest allowed choice for a misspelt one, how to write an expression for a number written as one
+    (docs/spec-files.md#expressions), else what the parameter is."""
+    computed = expression_hint(value) if p.type.name in NUMERIC_PARAM_TYPES else None
+    if computed is not None:
+        return computed
     if p.choices is not None and isinstance(value, str):
         close = suggestion(value, [c for c in p.choices if isinstance(c, str)])
         if close:

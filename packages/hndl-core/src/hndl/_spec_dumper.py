@@ -41,6 +41,8 @@ def dumps(graph: Graph) -> str:
     """
     problems = ProblemList()
     lines = [f"hndl: {FORMAT_VERSION}", f"name: {flow_yaml(graph.name)}"]
+    if graph.kind is not None:
+        lines.append(f"kind: {graph.kind}")
     lines += _graph_lines(graph, "", problems)
     if graph.graphs:
         lines.append("graphs:")

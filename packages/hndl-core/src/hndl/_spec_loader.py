@@ -24,10 +24,10 @@ from .naming import NAME_RE, excerpt, printable, suggestion
 
 __all__ = ["load", "loads"]
 
-ROOT_KEYS = ("hndl", "name", "params", "inputs", "nodes", "outputs", "graphs")
+ROOT_KEYS = ("hndl", "name", "kind", "params", "inputs", "nodes", "outputs", "graphs")
 SUBGRAPH_KEYS = ("params", "inputs", "nodes", "outputs")
 REQUIRED_KEYS = ("inputs", "nodes", "outputs")
-INPUT_KEYS = ("shape", "dtype", "device")
+INPUT_KEYS = ("shape", "dtype", "device", "ranges")
 #: The keys of a named output (``outputs: {logits: {from: head, shape: [B, 10]}}``): what it returns, and its contract
 #: in the words an input's contract uses.
 OUTPUT_KEYS = ("from", "shape", "dtype")
@@ -255,6 +255,7 @@ class _SpecBuilder:
         self._version(doc)
         graph = self._graph(doc, self._graph_name(doc), top=True)
         assert graph is not None  # only a subgraph (top=False) can fail to build
+        graph.kind = self._kind(doc)
         graphs = doc.value.get("graphs")
         if graphs is None or graphs.failed:
             return graph
@@ -331,6 +332,23 @@ class _SpecBuilder:
             message = f"the format version must be the integer {FORMAT_VERSION}, got {describe(value)}"
         self.add("E_SPEC", message, version.loc, hint=f"this hndl reads 'hndl: {FORMAT_VERSION}'")
 
+    def _kind(self, doc: Located) -> str | None:
+        """The model's declared ``kind`` (one of :data:`hndl._meaning.KINDS`), ``None`` when not declared."""
+        from ._meaning import KINDS
+
+        entry = doc.value.get("kind")
+        if entry is None or entry.failed:
+            return None
+        if isinstance(entry.value, str) and entry.value in KINDS:
+            return entry.value
+        self.add(
+            "E_SPEC",
+            f"kind must be one of {', '.join(KINDS)}, got {describe(entry.value)}",
+            entry.loc,
+            hint=suggestion(str(entry.value), list(KINDS)) if isinstance(entry.value, str) else None,
+        )
+        return None
+
     def _graph_name(self, doc: Located) -> str:
         entry = doc.value.get("name")
         if entry is None:
@@ -394,6 +412,7 @@ class _SpecBuilder:
         for name, value in entry.value.items():
             if self._name_ok(name, "parameter", entry.keys[name]) and value.ok and self._text_keys(value, name):
                 graph.params[name] = value.plain()
+                graph.param_locations[name] = entry.keys[name]
 
     def _text_keys(self, value: Located, key: str, **fields: Any) -> bool:
         """Whether every mapping inside a parameter's ``value`` has text keys (reported at the first that does
@@ -448,7 +467,7 @@ class _SpecBuilder:
         ok = spec.ok
         for key, key_at in spec.keys.items():
             if key not in INPUT_KEYS:
-                hint = suggestion(key, INPUT_KEYS) or "an input takes: shape, dtype, device"
+                hint = suggestion(key, INPUT_KEYS) or "an input takes: shape, dtype, device, ranges"
                 self.add("E_SPEC", f"unknown key {excerpt(key)}", key_at, node=name, op="input", hint=hint)
                 ok = False
         shape = spec.value.get("shape")
@@ -473,7 +492,11 @@ class _SpecBuilder:
             if part is None:
                 continue
             try:
-                Contract.make(**{"shape": (), key: part.plain()})
+                if key == "ranges":  # a range names symbols of the shape (judged once the shape is right)
+                    if contract_ok:
+                        Contract.make(shape.plain(), ranges=part.plain())
+                else:
+                    Contract.make(**{"shape": (), key: part.plain()})
             except ValueError as exc:
                 value = part.plain()
                 # A graph parameter is named in an input shape as a plain dim, the way symbols are.
@@ -489,13 +512,14 @@ class _SpecBuilder:
                 contract_ok = False
         if not contract_ok:
             return
-        dtype, device = spec.value.get("dtype"), spec.value.get("device")
+        dtype, device, ranges = spec.value.get("dtype"), spec.value.get("device"), spec.value.get("ranges")
         try:
             graph.input(
                 name,
                 shape.plain(),
                 dtype=None if dtype is None else dtype.value,
                 device=None if device is None else device.value,
+                ranges=None if ranges is None else ranges.plain(),
             )
         except HndlError as exc:  # the name is taken (by a node of the same name)
             for p in exc.problems:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._contracts import DTYPE_CATEGORIES, DTYPES
+from ._meaning import KINDS
 from ._registry import OpDef, registry
 from ._spec_dumper import FORMAT_VERSION, NODE_KEYS
 from ._spec_loader import OUTPUT_KEYS, REQUIRED_KEYS
@@ -42,7 +43,7 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
         "type": "string",
     }
     refs = {"anyOf": [{"$ref": "#/$defs/ref"}, {"type": "array", "items": {"$ref": "#/$defs/ref"}}]}
-    graph_body = {
+    graph_body: dict[str, Any] = {
         "params": {
             "description": "the graph's parameters and their defaults; nodes refer to them as '$name'",
             "type": "object",
@@ -83,6 +84,10 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
     top = {
         "hndl": {"description": "format version", "type": "integer", "const": FORMAT_VERSION},
         "name": {"description": "the graph's name", "$ref": "#/$defs/name"},
+        "kind": {
+            "description": "what the model is; the checker warns where its attention disagrees",
+            "enum": list(KINDS),
+        },
         "graphs": {
             "description": "reusable subgraphs, used by nodes with op 'graph'",
             "type": "object",
@@ -113,6 +118,19 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
         "shape": {"$ref": "#/$defs/shape"},
         "dtype": {"anyOf": [{"$ref": "#/$defs/dtype"}, {"type": "null"}], "default": "float"},
         "device": {"description": "pin the input's device ('cpu', 'cuda', ...)", "type": ["string", "null"]},
+        "ranges": {
+            "description": "the sizes some of the shape's symbols may take ({B: {min: 5}, T: {max: 512}})",
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "properties": {
+                    "min": {"type": "integer", "minimum": 0},
+                    "max": {"type": "integer", "minimum": 0},
+                },
+                "additionalProperties": False,
+                "minProperties": 1,
+            },
+        },
     }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -165,10 +183,14 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
             "graph": {
                 "description": "a subgraph: inputs, nodes and outputs, as at the top level",
                 "type": "object",
-                "properties": graph_body,
                 "required": list(REQUIRED_KEYS),
                 "additionalProperties": False,
-                **nodes_of,
+                # A subgraph's nodes may always refer: each repetition binds '$repetition', and the symbols its
+                # input shapes bind to numbers are numbers too, by '$C' or by the bare name (SPEC 1.6.2).
+                "properties": {
+                    **graph_body,
+                    "nodes": {**graph_body["nodes"], "additionalProperties": {"$ref": "#/$defs/param_node"}},
+                },
             },
             "param_ref": {
                 "description": "a graph parameter ('$width') or an integer expression over them ('$width*4')",
@@ -201,23 +223,24 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
             },
             "param_node": {
                 "description": (
-                    "a node of a graph with parameters: any parameter value, or item of a list value, may be '$name'"
+                    "a node of a graph with parameters or of a subgraph: any parameter value, or item of a list "
+                    "value, may be '$name', or the name of a size its input shapes bind ('C' of [B, C, H, W])"
                 ),
                 "type": "object",
                 "properties": node_keys,
                 "propertyNames": {"type": "string"},
                 "additionalProperties": {"$ref": "#/$defs/value"},
                 "required": ["op"],
-                "allOf": [_op_branch(o, references=True) for o in ops],
+                "allOf": [_op_branch(o, references=True, sizes=True) for o in ops],
             },
         },
     }
 
 
-def _op_branch(o: OpDef, *, references: bool = False) -> dict[str, Any]:
+def _op_branch(o: OpDef, *, references: bool = False, sizes: bool = False) -> dict[str, Any]:
     props: dict[str, Any] = {key: True for key in NODE_KEYS}
     for p in o.params:
-        props[p.name] = _referable(p.schema()) if references else p.schema()
+        props[p.name] = _referable(p.schema(), sizes) if references else p.schema()
     then: dict[str, Any] = {"properties": props, "additionalProperties": False}
     required = [p.name for p in o.params if p.required]
     if required:
@@ -228,23 +251,26 @@ def _op_branch(o: OpDef, *, references: bool = False) -> dict[str, Any]:
 _PARAM_REF = {"$ref": "#/$defs/param_ref"}
 
 
-def _referable(schema: dict[str, Any]) -> dict[str, Any]:
+_SIZE_NAME = {"$ref": "#/$defs/name"}
+
+
+def _referable(schema: dict[str, Any], sizes: bool = False) -> dict[str, Any]:
     """``schema`` where the value, and each item of a list or value of a mapping at any depth, may also be a
     reference ('$width'): references may stand inside lists (``kernel_size: [$k, $k]``) and inside the mappings
     whose keys a parameter names (``rope: {theta: $rope_theta}``); a free-form mapping's values are not
     constrained by any schema, so they need nothing here."""
-    return {"anyOf": [_items_referable(schema), _PARAM_REF]}
+    return {"anyOf": [_items_referable(schema, sizes), _PARAM_REF, *([_SIZE_NAME] if sizes else [])]}
 
 
-def _items_referable(schema: Any) -> Any:
+def _items_referable(schema: Any, sizes: bool = False) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = dict(schema)
     if isinstance(out.get("items"), dict):
-        out["items"] = _referable(out["items"])
+        out["items"] = _referable(out["items"], sizes)
     if isinstance(out.get("properties"), dict):
-        out["properties"] = {key: _referable(value) for key, value in out["properties"].items()}
+        out["properties"] = {key: _referable(value, sizes) for key, value in out["properties"].items()}
     for key in ("anyOf", "oneOf", "allOf"):
         if isinstance(out.get(key), list):
-            out[key] = [_items_referable(s) for s in out[key]]
+            out[key] = [_items_referable(s, sizes) for s in out[key]]
     return out

@@ -10,6 +10,10 @@
     hndl ops [NAME]                   the ops (name and summary), or one op: parameters, ports, shape rule
     hndl import REF --input SIZES     an nn.Module (package.module:name) as a spec file (hndl.from_module)
 
+``check``, ``summary`` and ``draw`` take ``--param NAME=VALUE`` (repeatable): a value for one of the spec's top-level
+``params``, as ``hndl.load(path, params={...})`` takes it; VALUE is read as YAML (``96``, ``0.1``, ``true``, ``null``,
+``gelu``, ``[2, 2, 6, 2]``).
+
 FILE may be ``-`` (the spec on stdin) or ``zoo:NAME`` (a model of ``hndl.zoo``, when installed). ``check`` never
 imports torch unless asked to build the layers (``--build``), so it answers at once. Also runnable as
 ``python -m hndl``. Exit status: 0 when everything checked out, 1 when a file has problems (or cannot be read),
@@ -26,6 +30,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -35,6 +40,9 @@ from ._check import check
 from ._dims import DimError
 from ._errors import HndlError, Problem
 from ._graph import Graph
+from ._hints import EXPRESSIONS_DOC
+from ._meaning import HndlWarning
+from ._param_overrides import override_params
 from ._plan import lower
 from ._resolve import IMPORTS_HINT
 from ._spec_loader import load, loads
@@ -61,7 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = sys.stdout
     try:
         if args.command == "check":
-            return _check_files(args.files, allow_imports=args.allow_imports, build=args.build, out=out)
+            return _check_files(
+                args.files, allow_imports=args.allow_imports, build=args.build, out=out, params=_params(args)
+            )
         if args.command == "summary":
             return _summary(args, out=out)
         if args.command == "ops":
@@ -89,6 +99,32 @@ def _dims(text: str) -> dict[str, int]:
             raise argparse.ArgumentTypeError(f"{item!r} is not NAME=SIZE (e.g. B=8)")
         dims[name.strip()] = int(value)
     return dims
+
+
+def _param(text: str) -> tuple[str, Any]:
+    """``image_size=96`` -> ``("image_size", 96)``: the value read as YAML, as the spec file would read it (argparse
+    reports the error as a usage error)."""
+    from ._errors import ProblemList
+    from ._yaml_reader import read_yaml
+
+    name, sep, value = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{excerpt(text)} is not NAME=VALUE (e.g. image_size=96)")
+    if not value.strip():
+        raise argparse.ArgumentTypeError(f"{excerpt(text)} has no value (write {name}=null for null, {name}='' for '')")
+    problems = ProblemList()
+    read = read_yaml(value, "--param", problems)
+    if read is None or problems.problems:
+        why = problems.problems[0].message if problems.problems else "it is not a YAML value"
+        raise argparse.ArgumentTypeError(f"{excerpt(text)}: the value is not YAML: {why}")
+    return name, read.plain()
+
+
+def _params(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The ``--param`` values of ``args`` as a mapping (a name given twice: the last value), ``None`` without."""
+    given = getattr(args, "param", None)
+    return None if not given else dict(given)
 
 
 def _size(text: str) -> tuple[int, ...]:
@@ -125,6 +161,10 @@ def parser() -> argparse.ArgumentParser:
     file_help = "a spec file, '-' for stdin, or zoo:NAME"
     dims_help = "sizes of the inputs' symbols, e.g. B=8,H=224,W=224 (without them counts stay symbolic)"
     depth_help = "show subgraph nodes below this depth as one row with subtotals (1: only the top graph's nodes)"
+    param_help = (
+        "a value for the spec's parameter NAME (its top-level params), read as YAML: image_size=96, "
+        "dropout=0.1, act=gelu, depths=[2,2,6,2]; repeat for several"
+    )
 
     check_cmd = commands.add_parser(
         "check",
@@ -135,6 +175,7 @@ def parser() -> argparse.ArgumentParser:
     )
     check_cmd.add_argument("files", nargs="+", metavar="FILE", help="spec files or folders, '-' or zoo:NAME")
     check_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
+    check_cmd.add_argument("--param", type=_param, action="append", metavar="NAME=VALUE", help=param_help)
     check_cmd.add_argument(
         "--build",
         action="store_true",
@@ -171,6 +212,7 @@ def parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="the optimizer whose state --train counts: sgd, sgd-momentum, adam, adamw (default; implies --train)",
     )
+    summary_cmd.add_argument("--param", type=_param, action="append", metavar="NAME=VALUE", help=param_help)
     summary_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
 
     draw_cmd = commands.add_parser(
@@ -187,6 +229,7 @@ def parser() -> argparse.ArgumentParser:
     draw_cmd.add_argument(
         "--dpi", type=_dpi, default=None, metavar="N", help="a PNG's resolution (default 300, print quality)"
     )
+    draw_cmd.add_argument("--param", type=_param, action="append", metavar="NAME=VALUE", help=param_help)
     draw_cmd.add_argument("--allow-imports", action="store_true", help=imports_help)
 
     ops_cmd = commands.add_parser(
@@ -194,7 +237,8 @@ def parser() -> argparse.ArgumentParser:
         help="the ops: a list, or one op's parameters, ports and shape rule",
         description="Without NAME, list every registered op (plugins included) with its summary. With NAME, "
         "describe that op: what it builds, its parameters (type, default, bounds, choices), its input and "
-        "output ports (shape pattern, dtype rule) and its shape rule, from the registry the checker uses.",
+        "output ports (shape pattern, dtype rule) and its shape rule, from the registry the checker uses. A "
+        "parameter may be computed from the graph's parameters: '$pow(d, -0.5)' (docs/spec-files.md#expressions).",
     )
     ops_cmd.add_argument("name", nargs="?", metavar="NAME", help="an op name, e.g. linear")
 
@@ -218,22 +262,41 @@ class _Failed(Exception):
         self.problems = problems
 
 
-def _load(file: str, *, allow_imports: bool, args: argparse.Namespace | None = None) -> Graph:
+def _load(
+    file: str,
+    *,
+    allow_imports: bool,
+    args: argparse.Namespace | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> Graph:
     """The graph ``file`` names: a path, ``-`` (stdin) or ``zoo:NAME``; with ``--input`` in ``args``, a Python
-    reference to an nn.Module, imported. Raises :class:`_Failed`."""
+    reference to an nn.Module, imported. ``params`` (``--param``; read from ``args`` when it is given) override
+    the spec's parameters, as ``hndl.load``'s do. Raises :class:`_Failed`."""
+    if args is not None:
+        params = _params(args)
     try:
-        if args is not None and getattr(args, "input", None):
-            from .importer._cli import import_reference
-
-            return import_reference(file, args.input, args.dims, args.kwargs)[1]
-        if file == "-":
-            return loads(sys.stdin.read(), allow_imports=allow_imports)
-        if file.startswith("zoo:"):
-            return _zoo(file[len("zoo:") :])
-        # A Path, so that a name without a .yaml suffix is never mistaken for spec text.
-        return load(Path(file), allow_imports=allow_imports)
+        return _configured(_read(file, allow_imports=allow_imports, args=args), file, params)
     except HndlError as exc:
         raise _Failed(exc.problems) from None
+
+
+def _configured(graph: Graph, file: str, params: Mapping[str, Any] | None) -> Graph:
+    """``graph`` with the ``--param`` values set (``hndl.load``'s ``params``): checked, all or none."""
+    return override_params(graph, params, what=file.partition("@")[0] if file.startswith("zoo:") else None)
+
+
+def _read(file: str, *, allow_imports: bool, args: argparse.Namespace | None) -> Graph:
+    """The graph ``file`` names, as it is written; raises HndlError."""
+    if args is not None and getattr(args, "input", None):
+        from .importer._cli import import_reference
+
+        return import_reference(file, args.input, args.dims, args.kwargs, verbose=args.verbose)[1]
+    if file == "-":
+        return loads(sys.stdin.read(), allow_imports=allow_imports)
+    if file.startswith("zoo:"):
+        return _zoo(file[len("zoo:") :])
+    # A Path, so that a name without a .yaml suffix is never mistaken for spec text.
+    return load(Path(file), allow_imports=allow_imports)
 
 
 def _from_the_command(problem: Problem) -> Problem:
@@ -281,18 +344,75 @@ def _shown(name: str) -> str:
 
 
 def _prepare(
-    file: str, *, allow_imports: bool, args: argparse.Namespace | None = None, dims: Mapping[str, int] | None = None
+    file: str,
+    *,
+    allow_imports: bool,
+    args: argparse.Namespace | None = None,
+    dims: Mapping[str, int] | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> tuple[Graph, Any]:
     """Load ``file`` and build its model on the meta device, at the sizes ``dims`` give its size parameters
     (SPEC 8.5.4); raises :class:`_Failed` with every problem."""
-    graph = _load(file, allow_imports=allow_imports, args=args)
+    graph = _load(file, allow_imports=allow_imports, args=args, params=params)
     from ._graph_params import with_sizes
     from .torch._meta import build_on_meta
 
+    sized = with_sizes(graph, dims or {})
+    if sized is not graph and args is not None:
+        _refuse_clash(args)
     try:
-        return graph, build_on_meta(with_sizes(graph, dims or {}))
+        with _at_the_sizes(dims):
+            return graph, build_on_meta(sized)
     except HndlError as exc:
+        if sized is not graph and _builds(graph):  # it builds at the spec's own sizes: the sizes given broke it
+            raise _Failed([_too_large_to_build(dims or {}, exc.problems[0])]) from None
         raise _Failed(exc.problems) from None
+
+
+def _builds(graph: Graph) -> bool:
+    """Whether ``graph`` builds on the meta device as it is written (to tell a failure the sizes given cause)."""
+    from .torch._meta import build_on_meta
+
+    try:
+        build_on_meta(graph)
+    except (HndlError, MemoryError, OverflowError, RuntimeError):
+        return False
+    return True
+
+
+class _at_the_sizes:  # a context manager, named as the `with` line reads
+    """Turns a failure to allocate or compute at the sizes of ``--dims`` (a ``MemoryError``, an allocator's
+    ``RuntimeError``, an ``OverflowError``) into E_INPUT naming them, the cause chained; without sizes given, the
+    exception passes as it is."""
+
+    def __init__(self, dims: Mapping[str, int] | None) -> None:
+        self.dims = dims or {}
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        if self.dims and isinstance(exc, (MemoryError, OverflowError, RuntimeError)):
+            cause = Problem("E_INPUT", f"{type(exc).__name__}: {excerpt(str(exc))}")
+            raise _Failed([_too_large_to_build(self.dims, cause)]) from exc
+
+
+def _refuse_clash(args: argparse.Namespace) -> None:
+    """E_INPUT for a size parameter given two values, one by ``--param`` and another by ``--dims``."""
+    params, dims = _params(args) or {}, getattr(args, "dims", None) or {}
+    clashes = [name for name in params.keys() & dims.keys() if params[name] != dims[name]]
+    if clashes:
+        name = sorted(clashes)[0]
+        raise _Failed(
+            [
+                Problem(
+                    "E_INPUT",
+                    f"{name!r} is given two sizes: --param {name}={excerpt(params[name])} and --dims "
+                    f"{name}={dims[name]}",
+                    hint="give it once",
+                )
+            ]
+        )
 
 
 def _fail(exc: _Failed, file: str, out: IO[str]) -> int:
@@ -359,27 +479,41 @@ def _safe(value: Any) -> Any:
 # --- check -------------------------------------------------------------------------------------------------
 
 
-def _check_files(files: Sequence[str], *, allow_imports: bool, build: bool, out: IO[str]) -> int:
+def _check_files(
+    files: Sequence[str],
+    *,
+    allow_imports: bool,
+    build: bool,
+    out: IO[str],
+    params: Mapping[str, Any] | None = None,
+) -> int:
     problems = 0
     failed_files = 0
     for file in _files(files):
         try:
-            if build:
-                graph, model = _prepare(file, allow_imports=allow_imports)
-                count = len(model.plan.steps)
-            else:
-                graph = _load(file, allow_imports=allow_imports)
-                try:
-                    count = len(lower(check(graph)).steps)
-                except HndlError as exc:
-                    raise _Failed(exc.problems) from None
+            # The checker's warnings are printed below, with the file's other lines, not by Python's warnings.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", HndlWarning)
+                if build:
+                    graph, model = _prepare(file, allow_imports=allow_imports, params=params)
+                    count, said = len(model.plan.steps), model.plan.checked.warnings
+                else:
+                    graph = _load(file, allow_imports=allow_imports, params=params)
+                    try:
+                        checked = check(graph)
+                        count, said = len(lower(checked).steps), checked.warnings
+                    except HndlError as exc:
+                        raise _Failed(exc.problems) from None
         except _Failed as exc:
             failed_files += 1
             problems += len(exc.problems)
             for problem in exc.problems:
                 print(_render(problem, file), file=out)
             continue
-        _say(f"{_shown(file)}: OK ({count} node{'' if count == 1 else 's'})", out)
+        for problem in said:
+            print(_render(problem, file), file=out)
+        noted = f", {len(said)} warning{'' if len(said) == 1 else 's'}" if said else ""
+        _say(f"{_shown(file)}: OK ({count} node{'' if count == 1 else 's'}{noted})", out)
     if problems:
         noun = "problem" if problems == 1 else "problems"
         where = "file" if failed_files == 1 else "files"
@@ -410,6 +544,12 @@ def _summary(args: argparse.Namespace, *, out: IO[str]) -> int:
             raise _Failed([_dims_too_large(args.dims, exc)]) from None
         except HndlError as exc:
             raise _Failed(exc.problems) from None
+        except (MemoryError, OverflowError, RuntimeError) as exc:
+            if not (args.dims or args.input_size):
+                raise
+            given = {**args.dims, **({"input_size": args.input_size} if args.input_size else {})}
+            cause = Problem("E_INPUT", f"{type(exc).__name__}: {excerpt(str(exc))}")
+            raise _Failed([_too_large_to_build(given, cause)]) from exc
     except _Failed as exc:
         return _fail(exc, args.file, out)
     _say(f"{table.name} ({_shown(args.file)})", out)
@@ -423,9 +563,11 @@ def _draw(args: argparse.Namespace, *, out: IO[str]) -> int:
 
     try:
         graph = _load(args.file, allow_imports=args.allow_imports, args=args)
+        _refuse_clash(args)
         try:
             dpi = {} if args.dpi is None else {"dpi": args.dpi}
-            draw(graph, args.output, depth=args.depth, **dpi, **args.dims)
+            with _at_the_sizes(args.dims):
+                draw(graph, args.output, depth=args.depth, **dpi, **args.dims)
         except DimError as exc:
             raise _Failed([_dims_too_large(args.dims, exc)]) from None
         except HndlError as exc:
@@ -446,6 +588,24 @@ def _dims_too_large(dims: Mapping[str, int], exc: DimError) -> Problem:
     return Problem("E_INPUT", f"the sizes given (--dims {_shown(given)}) make a dim too large: {exc}")
 
 
+def _too_large_to_build(dims: Mapping[str, Any], cause: Problem) -> Problem:
+    """E_INPUT: the model (which builds at the spec's own sizes) cannot be built or counted at the sizes of
+    ``--dims``; ``cause`` says what failed, and where."""
+    given = ",".join(f"{name}={size}" for name, size in dims.items() if name != "input_size")
+    shown = f"--dims {_shown(given)}" if given else ""
+    if "input_size" in dims:
+        sizes = " ".join(",".join(map(str, s)) for s in dims["input_size"])
+        shown = f"{shown} --input-size {_shown(sizes)}".strip()
+    where = f"{cause.op} {cause.node!r}: " if cause.node and cause.op else f"{cause.node!r}: " if cause.node else ""
+    return Problem(
+        "E_INPUT",
+        f"the model cannot be built at the sizes given ({shown}): {where}{cause.message}",
+        location=cause.location,
+        hint="give smaller sizes; hndl summary and draw build on PyTorch's meta device, but a tensor still has "
+        "at most 2**63-1 bytes",
+    )
+
+
 # --- ops ----------------------------------------------------------------------------------------------------
 
 
@@ -460,6 +620,10 @@ def _ops(name: str | None, *, out: IO[str]) -> int:
         for o in ops:
             _say(f"{o.name.ljust(width)}  {o.summary}".rstrip(), out)
         _say(f"{len(ops)} ops; `hndl ops NAME` describes one", out)
+        _say(
+            f"a parameter may be computed from the graph's parameters, '$d // 2', '$pow(d, -0.5)': {EXPRESSIONS_DOC}",
+            out,
+        )
         return 0
     opdef = registry.find(name)
     if opdef is None:

@@ -1,9 +1,10 @@
 """What :func:`hndl.generate` needs to know about a model: whether it has the cache interface, the cache's
 layout (layers, key/value heads, head dim, dtype, device), the vocabulary and the positions it has; and the
-cached variant of a plain zoo decoder, built with the plain model's weights."""
+cached variant of a plain decoder (:func:`with_kv_cache`), built with the plain model's weights."""
 
 from __future__ import annotations
 
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .._errors import HndlError, Problem
+from ..naming import excerpt, suggestion
+from ._transform import KINDS as KINDS
 
 if TYPE_CHECKING:
     from ..torch import GraphModule
@@ -32,9 +35,11 @@ CACHE_INPUTS = ("position_ids", "attention_mask", "offset", "cache_k", "cache_v"
 #: ``present_v``.
 GROW_INPUTS = ("position_ids", "attention_mask", "past_k", "past_v")
 
-# The cached variant of each plain model generate() was given, kept while the plain model lives and rebuilt
-# when its weights are other tensors (`.to()`, a new load with assign). Keyed weakly: it never keeps a model alive.
+# The cached variant of each plain model, kept while the plain model lives and derived again when its layers or
+# tensors change (_derive.tree_key). Keyed weakly: it never keeps a model alive. Derivation holds the lock, so two
+# threads asking at once get one variant.
 _TWINS: weakref.WeakKeyDictionary[Any, dict[str, tuple[tuple[Any, ...], GraphModule]]] = weakref.WeakKeyDictionary()
+_DERIVING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -59,10 +64,14 @@ class CacheLayout:
 def cache_kind(model: GraphModule) -> str | None:
     """``"static"`` for a model with the static cache interface, ``"grow"`` for the growing one (its three
     outputs: logits, ``present_k``, ``present_v``), ``None`` for neither."""
-    names = list(model.graph.inputs)
+    return _graph_kind(model.graph)
+
+
+def _graph_kind(graph: Any) -> str | None:
+    names = list(graph.inputs)
     for kind, wanted in (("static", CACHE_INPUTS), ("grow", GROW_INPUTS)):
         if len(names) == 1 + len(wanted) and set(names[1:]) == set(wanted):
-            if kind == "grow" and len(model.graph.outputs) != 3:
+            if kind == "grow" and len(graph.outputs) != 3:
                 return None
             return kind
     return None
@@ -114,8 +123,8 @@ def require_cache_interface(model: GraphModule) -> None:
                 + ", ".join(GROW_INPUTS)
                 + " (growing)",
                 actual="inputs: " + ", ".join(model.graph.inputs),
-                hint="build the zoo's variant: hndl.build(hndl.zoo.get(name, kv_cache=True)); or pass a built zoo "
-                "decoder (gpt2, llama, mistral) to hndl.generate, which makes that variant with its weights",
+                hint="pass the plain decoder to hndl.generate, which derives its cached variant "
+                "(hndl.generation.with_kv_cache)",
             )
         )
 
@@ -134,50 +143,79 @@ def model_limits(model: GraphModule) -> tuple[int | None, int | None]:
     return _embedding_fed_by(model, token_input(model)), _embedding_fed_by(model, "position_ids")
 
 
-def _fingerprint(model: GraphModule) -> tuple[Any, ...]:
-    return tuple((name, t.data_ptr(), t.dtype, t.device) for name, t in model.state_dict(keep_vars=True).items())
-
-
-def with_kv_cache(model: GraphModule, kind: str = "static") -> GraphModule:
-    """``model`` itself if it has a cache interface; for a built plain zoo decoder (gpt2, llama, mistral), its
-    variant with a key/value cache (``hndl.zoo.get(name, kv_cache=kind)`` with the model's configuration:
-    ``"static"`` or ``"grow"``), holding the same weight tensors (no copy: a weight changed in place is seen by
-    both).
-
-    The variant is remembered (one per kind) while ``model`` lives and rebuilt when its weights become other
-    tensors.
+def require_graph_module(model: Any) -> Any:
+    """``model`` if it is a built hndl model (a :class:`~hndl.torch.GraphModule`, or one compiled by
+    ``torch.compile``); the GraphModule below a compiled one is its ``_orig_mod``.
 
     Raises:
-        HndlError: E_INPUT for a model that has neither the interface nor a zoo decoder's variant.
+        HndlError: E_INPUT for anything else.
     """
-    from .. import zoo
-    from ..torch._meta import build_on_meta
+    from ..torch import GraphModule
 
+    if isinstance(model, GraphModule) or isinstance(getattr(model, "_orig_mod", None), GraphModule):
+        return model
+    raise HndlError(
+        Problem(
+            "E_INPUT",
+            f"model is {excerpt(model) if model is None else type(model).__name__}, not a built hndl model",
+            expected="a GraphModule (hndl.build(...)), or one compiled with torch.compile",
+            actual=type(model).__name__,
+            hint="hndl.build(hndl.zoo.get('gpt2')), or hndl.zoo.from_pretrained(folder)",
+        )
+    )
+
+
+def with_kv_cache(model: Any, kind: str = "static") -> Any:
+    """The decoder ``model`` with a key/value cache interface of ``kind`` (``"static"``: written in place, or
+    ``"grow"``: returned by each call; SPEC 17.5), for any decoder whose attention nodes are causal
+    self-attention.
+
+    On a :class:`~hndl.Graph`, the graph with that interface: every node name, parameter and state_dict key kept,
+    so the plain model's weights load into it unchanged (``hndl.zoo.get(name, kv_cache=kind)`` is this on the
+    zoo's plain entry). On a built model (a GraphModule, or one compiled), ``model`` itself if it has a cache
+    interface; otherwise the built variant holding the same weight tensors (no copy: a weight changed in place
+    is seen by both), in eval mode. A layer that is not what the build made (``model.replace_layer``, a hook,
+    another class) is carried into the variant, as a copy in eval mode holding the layer's own tensors and hooks.
+    The variant is remembered (one per kind) while ``model`` lives and derived again when its layers or tensors
+    change.
+
+    Raises:
+        HndlError: E_INPUT naming the node for a graph the variant cannot map soundly (an attention that is not
+            causal self-attention, a mask that is not the padding mask, a node that reads the sequence other than
+            through attention, an input the interface has no place for), for something that is neither a Graph
+            nor a built model, or a replaced layer that cannot be carried (an attention layer, a node the variant
+            lacks); E_PARAM for an unknown ``kind``.
+    """
+    from .._graph import Graph
+    from ._derive import derive, tree_key
+    from ._transform import transform
+
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise HndlError(
+            Problem(
+                "E_PARAM",
+                f"kv_cache={excerpt(kind)} is no kind of key/value cache",
+                expected="'static' (preallocated, written in place) or 'grow' (concatenated each step)",
+                actual=excerpt(kind),
+                hint=suggestion(kind, KINDS) if isinstance(kind, str) else None,
+            )
+        )
+    if isinstance(model, Graph):
+        if _graph_kind(model) is not None:
+            return model
+        return transform(model, kind)
+    require_graph_module(model)
     if has_cache_interface(model):
         return model
-    name = model.graph.name
-    if name not in zoo.KV_CACHE_ENTRIES or list(model.graph.inputs) != list(zoo.get(name).inputs):
-        require_cache_interface(model)
-    if kind not in zoo.KV_CACHE_KINDS:
-        zoo.kv_cache_spec_text(name, kind)  # E_PARAM naming the kinds
-    fingerprint = (_fingerprint(model), kind)
-    known = _TWINS.get(model, {}).get(kind)
-    if known is not None and known[0] == fingerprint:
+    plain: Any = getattr(model, "_orig_mod", model)  # a compiled plain model: derived from what it compiled
+    key = tree_key(plain)
+    known = _TWINS.get(plain, {}).get(kind)
+    if known is not None and known[0] == key:
         return known[1]
-    graph = zoo.get(name, kv_cache=kind, **model.graph.params)
-    twin = build_on_meta(graph)
-    floating = next((t.dtype for t in model.parameters() if t.is_floating_point()), None)
-    if floating is not None:
-        # A converted model (.double(), .half()): converted the same way on the meta device, so the variant's
-        # build records the dtype the assigned weights have.
-        twin.to(dtype=floating)
-    # The weights are the plain model's tensors, assigned (not copied); a non-persistent buffer (rotary's
-    # inv_freq) has no state_dict key and is taken from the plain model under the same name.
-    twin.load_state_dict(model.state_dict(), assign=True, strict=True)
-    for full_name, buffer in list(twin.named_buffers()):
-        if buffer.is_meta:
-            owner, _, leaf = full_name.rpartition(".")
-            twin.get_submodule(owner).register_buffer(leaf, model.get_buffer(full_name), persistent=False)
-    twin.train(model.training)
-    _TWINS.setdefault(model, {})[kind] = (fingerprint, twin)
+    with _DERIVING:
+        known = _TWINS.get(plain, {}).get(kind)
+        if known is not None and known[0] == key:
+            return known[1]
+        twin = derive(plain, kind)
+        _TWINS.setdefault(plain, {})[kind] = (key, twin)
     return twin

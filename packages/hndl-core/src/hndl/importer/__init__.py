@@ -7,8 +7,13 @@ class and constructor arguments. The result is an :class:`ImportedGraph`: an ``h
 original's ``state_dict`` keys onto the built model's, so the built model takes the original's weights.
 
 The mapping is two tables in ``_table.py``: ``FUNCTIONS`` (traced ATen operation -> row) and ``MODULES``
-(layer class -> row). This package imports downward: it builds through ``Graph.add`` and leaves judging to
-``hndl.check``; importing it does not import torch.
+(layer class -> row). ``_trace.py`` runs ``torch.export``; ``_translate.py`` is the translator's passes, helped by
+a module per job, among them ``_inputs.py`` (graph inputs and the sizes the trace assumed), ``_calls.py`` (the
+layer calls each operation ran in), ``_fold.py`` and ``_buffers.py`` (what is computed at import, which buffers
+stay state), ``_dtype_follow.py`` (constants whose dtype follows the activations'), ``_aliases.py`` (in-place
+writes), ``_fallback.py`` (layers rebuilt as ``module`` nodes), ``_refusals.py`` (what nothing expresses) and
+``_verify.py`` (inferred against traced shapes). This package imports downward: it builds through ``Graph.add``
+and leaves judging to ``hndl.check``; importing it does not import torch.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from ._table import FUNCTIONS, MODULES, PENDING
 
 __all__ = [
     "FUNCTIONS",
+    "MAX_EXAMPLE_BYTES",
     "MIN_TORCH",
     "MODULES",
     "PENDING",
@@ -75,7 +81,7 @@ def from_module(module: Any, *example_args: Any, dynamic_shapes: Any = None) -> 
     for _ in range(_MAX_TRACES):
         traced = trace(module, args, dynamic_shapes, in_training, preserve)
         try:
-            graph, readers = translate(traced, args, dynamic_shapes, in_training)
+            graph, readers, found = translate(traced, args, dynamic_shapes, in_training)
             break
         except Retrace as more:
             preserve |= more.paths
@@ -84,7 +90,7 @@ def from_module(module: Any, *example_args: Any, dynamic_shapes: Any = None) -> 
             Problem("E_IMPORT", f"the layers to keep as module nodes were still changing after {_MAX_TRACES} traces")
         )
     if readers:
-        _compare_modes(graph, readers, module, args, dynamic_shapes, in_training, preserve)
+        _compare_modes(graph, readers, module, args, dynamic_shapes, in_training, preserve, found)
     return graph
 
 
@@ -117,6 +123,7 @@ def _compare_modes(
     dynamic_shapes: Any,
     in_training: frozenset[str],
     preserve: frozenset[str],
+    found: Any,
 ) -> None:
     """Trace again with the layers whose forward reads ``self.training`` in training mode; when that gives
     another graph, say so (``graph.notes`` and a :class:`ModeWarning`): the graph is the eval-mode one."""
@@ -126,7 +133,8 @@ def _compare_modes(
 
     try:
         traced = trace(module, args, dynamic_shapes, in_training | frozenset(readers), preserve)
-        other, _ = translate(traced, args, dynamic_shapes, in_training)
+        # what the first translation found of constants taking the activations' dtype, not traced twice more
+        other, _, _ = translate(traced, args, dynamic_shapes, in_training, found)
         differs = dumps(other) != dumps(graph)
     except HndlError:
         differs = True
@@ -156,14 +164,14 @@ def _check_example_sizes(module: Any, args: tuple[Any, ...], dynamic_shapes: Any
     such sizes (they decide broadcasting), and its own message says the model fixed the dim."""
     import inspect
 
+    from ._inputs import input_specs
     from ._symbols import _axes, _dim_name
-    from ._translate import _input_specs
 
     try:
         names = [p for p in inspect.signature(module.forward).parameters][: len(args)]
     except (TypeError, ValueError):
         names = [str(i) for i in range(len(args))]
-    for name, arg, spec in zip(names, args, _input_specs(dynamic_shapes, names), strict=False):
+    for name, arg, spec in zip(names, args, input_specs(dynamic_shapes, names), strict=False):
         shape = getattr(arg, "shape", None)
         for axis, dim in _axes(spec).items():
             if dim is None or shape is None or axis >= len(shape) or shape[axis] > 1:
@@ -239,15 +247,24 @@ def example_inputs(sizes: Any, dims: dict[str, int] | None = None) -> tuple[tupl
     A symbol (a name instead of a size) makes that dim dynamic under the symbol's name; its example size is
     ``dims[name]`` when given, else 2, 3, 5, ... (distinct, since torch.export may merge dims of equal example
     size). An entry ``(sizes, dtype)`` gives an input's dtype (``(("B", "T"), "int64")``); float32 otherwise.
+
+    Raises:
+        HndlError: E_INPUT for sizes that are not sizes, a dtype torch does not have, or example tensors that
+            would take more than :data:`MAX_EXAMPLE_BYTES` together (checked before any is made).
     """
     import torch
     from torch.export import Dim
 
     dims = dict(dims or {})
+    for name, size in dims.items():
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise HndlError(
+                Problem("E_INPUT", f"the example size of {excerpt(name)} is {excerpt(size)}, not a size (0, 1, 2, ...)")
+            )
     specs = _input_list(sizes)
     made: dict[str, Any] = {}
     defaults = iter(n for n in (2, 3, 5, 7, 11, 13, 17, 19, 23) if n not in dims.values())
-    tensors = []
+    planned = []
     dynamic = []
     for shape, dtype in specs:
         concrete = []
@@ -264,9 +281,65 @@ def example_inputs(sizes: Any, dims: dict[str, int] | None = None) -> tuple[tupl
         dt = getattr(torch, dtype, None) if dtype else torch.float32
         if not isinstance(dt, torch.dtype):
             raise HndlError(Problem("E_INPUT", f"{dtype!r} is not a torch dtype", hint="int64, float32, bool, ..."))
-        tensors.append(torch.zeros(concrete, dtype=dt) if not dt.is_floating_point else torch.randn(concrete, dtype=dt))
+        planned.append((shape, concrete, dt))
         dynamic.append(axes or None)
+    _check_example_bytes(planned, dims)
+    tensors = [
+        torch.randn(concrete, dtype=dt) if dt.is_floating_point else torch.zeros(concrete, dtype=dt)
+        for _, concrete, dt in planned
+    ]
     return tuple(tensors), (tuple(dynamic) if any(dynamic) else None)
+
+
+#: The most memory the example inputs of one import may take together (bytes). They are real tensors (the trace
+#: runs on fake copies of them), so a size typed by mistake (``--dims B=10**12``) would otherwise be allocated,
+#: or fail inside torch's allocator. A symbol stays symbolic at any example size, so a small one loses nothing.
+MAX_EXAMPLE_BYTES = 2**31
+
+
+def _check_example_bytes(planned: Sequence[tuple[Sequence[Any], list[int], Any]], dims: dict[str, int]) -> None:
+    """E_INPUT naming the sizes, when the example tensors ``planned`` (sizes as given, concrete sizes, dtype)
+    would take more than :data:`MAX_EXAMPLE_BYTES`."""
+    import math
+
+    total = 0
+    for _, concrete, dt in planned:
+        total += math.prod(concrete) * dt.itemsize
+    if total <= MAX_EXAMPLE_BYTES:
+        return
+    shown = "; ".join(
+        "[" + ", ".join(f"{e}={c}" if isinstance(e, str) else str(c) for e, c in zip(shape, concrete)) + "]"
+        for shape, concrete, _ in planned
+    )
+    if len(shown) > 300:
+        shown = shown[:297] + "..."
+    used = sorted({e for shape, _, _ in planned for e in shape if isinstance(e, str)})
+    if used:
+        them = ", ".join(used)
+        hint = (
+            f"give {them} small example sizes, or none (2, 3, 5, ... then): "
+            f"{'it stays' if len(used) == 1 else 'they stay'} symbolic, so the graph takes any size"
+        )
+    else:
+        hint = "trace at small sizes: a dim given as a symbol (B for 1000) is symbolic, so the graph takes any size"
+    raise HndlError(
+        Problem(
+            "E_INPUT",
+            f"example inputs {shown} would take {_bytes(total)}, more than the {_bytes(MAX_EXAMPLE_BYTES)} an "
+            "import may make to trace the module",
+            hint=hint,
+        )
+    )
+
+
+def _bytes(count: int) -> str:
+    """``2.0 GiB``; a size past exbibytes as a power of two."""
+    for unit, scale in (("EiB", 2**60), ("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            if count >= 2**70:
+                return f"about 2**{count.bit_length() - 1} bytes"
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"
 
 
 def _is_shape(value: Any) -> bool:

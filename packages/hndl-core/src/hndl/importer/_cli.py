@@ -13,6 +13,7 @@ line, unlike a spec file, which never runs code.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,10 @@ from .._errors import HndlError, Problem
 __all__ = ["add_import_command", "add_input_option", "import_reference", "run_import"]
 
 _REFERENCE_HELP = "a Python reference: package.module:name or path/to/file.py:name (a module, or a factory of one)"
+_VERBOSE_HELP = (
+    "when the import fails, print every problem in full (by default problems of one reason are grouped: how "
+    "often, in which layers, the first source lines)"
+)
 _INPUT_HELP = (
     "one positional input's sizes, ints or symbols, optionally with its dtype: B,3,224,224 or B,T:int64 "
     "(repeat for several inputs)"
@@ -67,6 +72,7 @@ def add_input_option(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--kwargs", type=_kwargs, default={}, metavar="JSON", help="keyword arguments for the factory FILE names"
     )
+    command.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
 
 
 def add_import_command(commands: Any, dims_type: Any) -> None:
@@ -87,6 +93,7 @@ def add_import_command(commands: Any, dims_type: Any) -> None:
     cmd.add_argument(
         "--kwargs", type=_kwargs, default={}, metavar="JSON", help="keyword arguments for the factory, as JSON"
     )
+    cmd.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
     cmd.add_argument("-o", "--output", metavar="OUT", help="the spec file to write (default: standard output)")
     cmd.add_argument(
         "--renames",
@@ -143,12 +150,21 @@ def import_reference(
     inputs: Sequence[tuple[tuple[int | str, ...], str | None]],
     dims: dict[str, int],
     kwargs: dict[str, Any],
+    *,
+    verbose: bool = False,
 ) -> tuple[Any, Any, tuple[Any, ...]]:
     """The module ``reference`` names (made with ``kwargs`` if it is a factory), its imported graph, and the
-    example inputs it was traced on."""
+    example inputs it was traced on.
+
+    Raises:
+        HndlError: E_IMPORT for a reference that names no module, or an import that fails; unless ``verbose``,
+            the problems of a failed import that would not fit on a screen come grouped by reason (what
+            ``--verbose`` turns off). E_INPUT for example inputs too large to make.
+    """
     import torch
 
     from . import example_inputs, from_module
+    from ._messages import shown
 
     found = _resolve(reference)
     if isinstance(found, torch.nn.Module):
@@ -165,7 +181,19 @@ def import_reference(
     else:
         raise HndlError(Problem("E_IMPORT", f"{reference} is a {type(found).__name__}, not an nn.Module or a factory"))
     args, dynamic = example_inputs(list(inputs), dims)
-    return module, from_module(module, *args, dynamic_shapes=dynamic), args
+    try:
+        graph = from_module(module, *args, dynamic_shapes=dynamic)
+    except HndlError as exc:
+        if verbose:
+            raise
+        problems = shown(exc.problems, exc.title)
+        if len(problems) < len(exc.problems):
+            # The command counts what it prints; the last hint says what the groups stand for.
+            last = problems[-1]
+            note = f"these {len(problems)} group {len(exc.problems)} problems by reason; --verbose lists each"
+            problems[-1] = dataclasses.replace(last, hint=f"{last.hint}; {note}" if last.hint else note)
+        raise HndlError(problems, title=exc.title) from None
+    return module, graph, args
 
 
 def run_import(args: argparse.Namespace) -> list[str]:
@@ -173,7 +201,7 @@ def run_import(args: argparse.Namespace) -> list[str]:
     from .. import summary
     from .._spec_dumper import dumps
 
-    module, graph, _ = import_reference(args.reference, args.input, args.dims, args.kwargs)
+    module, graph, _ = import_reference(args.reference, args.input, args.dims, args.kwargs, verbose=args.verbose)
     text = dumps(graph)
     written = []
     if args.output:

@@ -15,24 +15,36 @@ formula fills, or a large one, is not folded: the operations that made it are tr
 
 The attention masks transformers builds at a fixed sequence length are such values (``arange``, ``cumsum``,
 indexing by a tensor, ``new_ones``), as are BERT's position and token type ids (buffers, sliced and gathered).
-A buffer read as data is folded with the value it holds at import; a later checkpoint's value for it is not
-read.
+A non-persistent buffer read as data is folded with the value it holds at import (no checkpoint holds another);
+the translator keeps a persistent one a ``buffer`` node its key loads into, and a constant computed from one
+records the value it used, which ``ImportedGraph.convert`` holds a checkpoint to.
+
+A floating constant may take its dtype from the activations: ``h.new_full(...)``, ``zeros_like(h)``,
+``arange(n, dtype=h.dtype)``, ``torch.tensor(2.0, dtype=x.dtype)``, ``cos.to(x.dtype)``. The trace writes that
+dtype as a plain float32, which autocast, a float16 input or ``.double()`` change at run time. Nothing in one trace
+tells such a constant from one made float32 on purpose, so the import traces the module a second time with its
+floating inputs and parameters in float64 (``_trace.retrace_float64``; buffers keep their dtype, as a graph's
+``buffer`` nodes follow ``.to()`` by themselves) and :func:`followers` compares each frontier value's dtype in the
+two traces: one whose dtype changed follows the activations, and the translator casts its ``buffer`` node to the
+dtype of the activation it meets (``type_as``). The value written out is the float32 one when the float64 trace
+computed the same number, the float64 one when that rounds to the float32 one (``torch.tensor(0.1,
+dtype=x.dtype)``), and otherwise (``torch.finfo(x.dtype).min``) the value itself depends on the dtype: refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ._table import Emit, Unsupported
 
-__all__ = ["MAX_VALUES", "Folding", "fold"]
+__all__ = ["MAX_VALUES", "META_ONLY", "Folding", "fold", "followers", "same_program"]
 
 #: The most elements a folded value written out as ``init: values`` may have.
 MAX_VALUES = 65536
 
 #: Operations that read only the dtype, device (and for ``*_like`` the shape) of their first argument.
-_META_ONLY = {
+META_ONLY = {
     "aten.new_ones.default",
     "aten.new_zeros.default",
     "aten.new_full.default",
@@ -42,17 +54,24 @@ _META_ONLY = {
 }
 
 
+#: Operations whose schema says they write their argument, but which change only autograd's view of it, not a
+#: value: ``torch.tensor(2.0)`` traces as ``detach_(lift_fresh_copy(constant))``.
+_NO_WRITE = {"aten.detach_.default"}
+
+
 class Folding:
     """The folding operations of a traced graph, their values, and the ``buffer`` node of each frontier value.
 
     Attributes:
         folded: the traced nodes that fold (no node of their own, unless in ``frontier``).
         frontier: traced node -> the ``buffer`` :class:`Emit` that reproduces its value.
+        values: folded traced node -> its value at import.
     """
 
-    def __init__(self, folded: set[Any], frontier: dict[Any, Emit]) -> None:
+    def __init__(self, folded: set[Any], frontier: dict[Any, Emit], values: dict[Any, Any]) -> None:
         self.folded = folded
         self.frontier = frontier
+        self.values = values
 
 
 def fold(nodes: Iterable[Any], sources: Mapping[str, Any]) -> Folding:
@@ -75,7 +94,7 @@ def fold(nodes: Iterable[Any], sources: Mapping[str, Any]) -> Folding:
     # write than before: nothing that shares its memory folds, and nothing computed from those.
     for n in nodes:
         schema = getattr(n.target, "_schema", None)
-        if n.op == "call_function" and schema is not None and schema.is_mutable:
+        if n.op == "call_function" and schema is not None and schema.is_mutable and str(n.target) not in _NO_WRITE:
             for written in n.all_input_nodes:
                 if written in folds:
                     _drop_related(written, folds)
@@ -110,7 +129,7 @@ def fold(nodes: Iterable[Any], sources: Mapping[str, Any]) -> Folding:
             except Unsupported:
                 refused.append(n)
         if not refused:
-            return Folding(folds, frontier)
+            return Folding(folds, frontier, {n: v for n, v in values.items() if n in folds})
         for n in refused:
             folds.discard(n)
 
@@ -121,7 +140,7 @@ def _folds(n: Any, folds: set[Any], torch: Any) -> bool:
     if torch.Tag.nondeterministic_seeded in tags:
         return False
     schema = getattr(n.target, "_schema", None)
-    if schema is not None and schema.is_mutable:
+    if schema is not None and schema.is_mutable and target not in _NO_WRITE:
         return False  # an in-place write: what reads the tensor before it and after it sees different values
     value = n.meta.get("val")
     if isinstance(value, torch.Tensor) and not all(isinstance(s, int) for s in value.shape):
@@ -129,8 +148,8 @@ def _folds(n: Any, folds: set[Any], torch: Any) -> bool:
     if isinstance(value, torch.SymInt):
         return False
     args: list[Any] = list(n.args)
-    if target in _META_ONLY and args:
-        args = args[1:]
+    if target in META_ONLY and args:
+        args = args[1:]  # its dtype may follow that activation's: followers() tells, from a second trace
     read: list[Any] = []
     torch.fx.node.map_arg((args, n.kwargs), read.append)
     leaves, _ = torch.utils._pytree.tree_flatten((args, n.kwargs))
@@ -198,3 +217,63 @@ def _buffer(value: Any, torch: Any) -> Emit:
         raise Unsupported(f"a constant of {flat.numel()} elements (more than {MAX_VALUES} to write out)")
     # float64 holds every float32, float16 and bfloat16 value exactly, and YAML writes a float64 exactly.
     return Emit("buffer", [], {**params, "init": "values", "values": flat.to(torch.float64).tolist(), "dtype": dtype})
+
+
+def same_program(nodes: Sequence[Any], twin: Sequence[Any]) -> str:
+    """Empty when two traces of the same module (``nodes`` and ``twin``) are the same program, operation by operation,
+    so that a value of one is the value at the same position in the other; else how they differ."""
+    if len(nodes) != len(twin):
+        return f"{len(nodes)} traced operations against {len(twin)}"
+    for n, m in zip(nodes, twin):
+        if n.op != m.op or str(n.target) != str(m.target) or len(n.args) != len(m.args):
+            return f"{n.target} against {m.target} at {n.name!r}"
+    return ""
+
+
+def followers(folding: Folding, nodes: Sequence[Any], twin: Folding, twin_nodes: Sequence[Any]) -> dict[Any, str]:
+    """The frontier values of ``folding`` whose dtype follows the activations': traced node -> ``""`` when its
+    ``buffer`` node, cast to the activation it meets, gives what the module computes (``folding.frontier`` then
+    holds that buffer), or the reason it cannot.
+
+    Args:
+        nodes: the traced nodes ``folding`` was computed from.
+        twin: the folding of the same program traced with float64 inputs and parameters (:func:`same_program`).
+        twin_nodes: that program's nodes, in the same order as ``nodes``.
+    """
+    import torch
+
+    at = {n: i for i, n in enumerate(nodes)}
+    found: dict[Any, str] = {}
+    for n in list(folding.frontier):
+        value = folding.values.get(n)
+        other = twin_nodes[at[n]]
+        if not isinstance(value, torch.Tensor):
+            continue
+        wide = twin.values.get(other)
+        if not isinstance(wide, torch.Tensor):
+            found[n] = "the float64 trace does not compute it at import"
+            continue
+        if wide.dtype == value.dtype:
+            continue  # the same dtype whatever the activations' dtype: provably constant
+        found[n] = ""
+        if not (value.is_floating_point() and wide.is_floating_point()) or wide.shape != value.shape:
+            found[n] = f"it is {_typed(value)} in the trace and {_typed(wide)} with float64 activations"
+        elif torch.equal(wide, value.to(wide.dtype)):
+            pass  # the same numbers: the buffer holds them at the trace's dtype
+        elif torch.equal(wide.to(value.dtype), value):
+            try:  # a number rounded to the dtype (torch.tensor(0.1, dtype=x.dtype)): kept at float64, rounded after
+                folding.frontier[n] = _buffer(wide, torch)
+            except Unsupported as exc:
+                found[n] = exc.reason
+        else:
+            where = int((wide.to(value.dtype) != value).reshape(-1).nonzero()[0])
+            found[n] = (
+                f"its value depends on the activations' dtype beyond rounding: {float(value.reshape(-1)[where]):.8g} "
+                f"in the trace, {float(wide.reshape(-1)[where]):.17g} with float64 activations (as "
+                "torch.finfo(x.dtype).min does)"
+            )
+    return found
+
+
+def _typed(value: Any) -> str:
+    return f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}"

@@ -48,6 +48,9 @@ class ImportedGraph(Graph):
         tied: a built model's key -> the other keys of the same tensor (a layer called twice is one node per
             call, tied; a weight two layers share).
         notes: what the import noticed and the graph cannot show (a ``forward`` that reads ``self.training``).
+        folded: the original's persistent buffers that a constant folded at import was computed from, key -> the
+            value it was computed with. The graph holds the result, not the buffer, so :meth:`convert` refuses a
+            state dict holding another value for one (a trained buffer) rather than drop it.
     """
 
     def __init__(self, name: str = "graph") -> None:
@@ -56,6 +59,7 @@ class ImportedGraph(Graph):
         self.fallbacks: list[Fallback] = []
         self.tied: dict[str, list[str]] = {}
         self.notes: list[str] = []
+        self.folded: dict[str, Any] = {}
 
     @property
     def rules(self) -> list[tuple[str, str | None]]:
@@ -70,11 +74,22 @@ class ImportedGraph(Graph):
 
         Raises:
             HndlError: E_PARAMS when ``strict`` and a key is unknown (with the closest known key) or a key the
-                built model needs is missing; every such key is listed.
+                built model needs is missing; and, strict or not, when a buffer a constant was folded from
+                (:attr:`folded`) holds another value than at import. Every such key is listed.
         """
         out: dict[str, Any] = {}
         problems: list[Problem] = []
         for key, value in state_dict.items():
+            if key in self.folded and not _same_value(value, self.folded[key]):
+                problems.append(
+                    Problem(
+                        "E_PARAMS",
+                        f"buffer {key!r} holds another value than when the module was imported, and a constant the "
+                        "graph holds was computed from it at import",
+                        hint="load this state dict into the module, then import it again (hndl.from_module)",
+                    )
+                )
+                continue
             if key not in self.renames:
                 if strict:
                     problems.append(
@@ -98,3 +113,13 @@ class ImportedGraph(Graph):
         if problems:
             raise HndlError(problems, title=f"weights for imported graph '{self.name}'")
         return out
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Whether two tensors hold the same shape, dtype and values (NaN equal to NaN)."""
+    import torch
+
+    if not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype or a.device.type == "meta":
+        return False
+    a = a.detach().cpu()
+    return bool(torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)))

@@ -12,7 +12,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["Symbols", "NotExpressible"]
+__all__ = ["ASSUMED_MINIMUM", "NotExpressible", "Symbols", "symbol_ranges"]
+
+#: The least size torch.export takes every dynamic dim to have when it decides a branch (its 0/1 specialisation),
+#: ``Dim.AUTO``'s range starting there. Its own exported program accepts smaller sizes all the same, and every
+#: imported model would refuse a batch of one if this bound were kept; a lower bound above it is the trace's own.
+ASSUMED_MINIMUM = 2
+
+#: Sizes at or beyond this are unbounded (torch's ``int_oo``, or a ``Dim``'s default max).
+_NO_MAXIMUM = 2**63 - 1
 
 
 class NotExpressible(ValueError):
@@ -163,4 +171,37 @@ def _dim_name(dim: Any) -> str | None:
     name = getattr(dim, "__name__", None)
     if isinstance(name, str) and name.isidentifier() and not name.startswith("_"):
         return name
+    return None
+
+
+def symbol_ranges(range_constraints: Mapping[Any, Any], symbols: Symbols) -> dict[str, dict[str, int]]:
+    """The range each input symbol's trace assumed, hndl name -> ``{"min": .., "max": ..}`` (the bounds that
+    narrow it only), from an exported program's ``range_constraints``: a ``Dim("B", min=5)``, or a guard the trace
+    added (``if x.shape[0] > 4`` under ``Dim.AUTO`` makes ``B >= 5``; ``x[:, :3]`` makes ``C >= 3``).
+
+    A lower bound up to :data:`ASSUMED_MINIMUM` and an infinite upper bound do not narrow.
+    """
+    out: dict[str, dict[str, int]] = {}
+    for sym, bounds in range_constraints.items():
+        name = symbols.names.get(sym)
+        if name is None:
+            continue  # a derived expression (2*s0) or a symbol made from data: ranged through its symbols
+        entry = {}
+        low = _integer(getattr(bounds, "lower", None))
+        high = _integer(getattr(bounds, "upper", None))
+        if low is not None and low > ASSUMED_MINIMUM:
+            entry["min"] = low
+        if high is not None and 0 <= high < _NO_MAXIMUM:
+            entry["max"] = high
+        if entry:
+            out[name] = entry
+    return out
+
+
+def _integer(value: Any) -> int | None:
+    """A sympy bound as an int; ``None`` for an infinity (``int_oo``) or anything else."""
+    if isinstance(value, int):
+        return value
+    if getattr(value, "is_Integer", False) is True:
+        return int(value)
     return None

@@ -33,7 +33,17 @@ from typing import Any
 
 from .._errors import HndlError, Problem
 
-__all__ = ["Traced", "cut", "node_location", "reads_training", "source_line", "trace", "tracing_error"]
+__all__ = [
+    "Traced",
+    "cut",
+    "node_location",
+    "reads_training",
+    "retrace_autocast",
+    "retrace_float64",
+    "source_line",
+    "trace",
+    "tracing_error",
+]
 
 _TRAINING = re.compile(r"\btraining\b")
 
@@ -41,11 +51,14 @@ _TRAINING = re.compile(r"\btraining\b")
 @dataclass
 class Traced:
     """What the trace gave: the exported program, the traced module, and which layers were traced in training
-    mode."""
+    mode; and what it was traced with (for :func:`retrace_float64`)."""
 
     program: Any
     module: Any
     in_training: frozenset[str]
+    args: tuple[Any, ...] = ()
+    dynamic_shapes: Any = None
+    preserve: frozenset[str] = frozenset()
 
 
 def trace(
@@ -86,8 +99,64 @@ def trace(
     if failure is not None:
         if isinstance(failure, HndlError):
             raise failure
-        raise tracing_error(failure, module) from failure
-    return Traced(program, module, in_training)
+        raise tracing_error(failure, module, args) from failure
+    return Traced(program, module, in_training, args, dynamic_shapes, preserve)
+
+
+def retrace_float64(traced: Traced) -> Traced:
+    """The same trace of a copy of the module whose floating parameters are float64, on the example inputs with
+    the floating ones float64: what a constant whose dtype follows the activations' is then (``_fold.followers``).
+
+    Buffers keep their dtype and are shared with the original, not copied: a graph's ``buffer`` nodes follow
+    ``.to()`` by themselves, so only a dtype taken from the inputs and parameters needs telling apart. Only the
+    parameters are copied, straight to float64.
+
+    Raises:
+        HndlError: ``E_IMPORT`` when the module cannot be copied or traced so.
+    """
+    import copy
+
+    import torch
+
+    module = traced.module
+    memo: dict[int, Any] = {id(b): b for b in module.buffers()}
+    for p in module.parameters():
+        if p.is_floating_point() and id(p) not in memo:
+            memo[id(p)] = torch.nn.Parameter(p.detach().to(torch.float64), requires_grad=p.requires_grad)
+    try:
+        twin = copy.deepcopy(module, memo)
+    except Exception as exc:
+        raise HndlError(
+            Problem(
+                "E_IMPORT",
+                "the module holds a constant whose dtype may follow the activations', and telling needs a copy of "
+                f"it with float64 parameters, which deepcopy could not make ({type(exc).__name__}: {cut(str(exc), 200)})",
+                node="<root>",
+                op=type(module).__name__,
+                hint="give the module's constants an explicit dtype, or make the module deep-copyable",
+            )
+        ) from exc
+
+    def wide(a: Any) -> Any:
+        return a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+
+    args = torch.utils._pytree.tree_map(wide, traced.args)
+    return trace(twin, args, traced.dynamic_shapes, traced.in_training, traced.preserve)
+
+
+def retrace_autocast(traced: Traced) -> Traced | None:
+    """The same trace under ``torch.autocast(bfloat16)`` on the inputs' device type, where activations differ in
+    dtype (a linear's output is bfloat16, its input float32): which activation a constant takes its dtype from
+    shows there (``_translate``). ``None`` when it cannot be traced so."""
+    import torch
+
+    tensors = [a for a in torch.utils._pytree.tree_leaves(traced.args) if isinstance(a, torch.Tensor)]
+    device = tensors[0].device.type if tensors else "cpu"
+    try:
+        with torch.autocast(device, dtype=torch.bfloat16):
+            return trace(traced.module, traced.args, traced.dynamic_shapes, traced.in_training, traced.preserve)
+    except (HndlError, RuntimeError):
+        return None
 
 
 @contextmanager
@@ -172,17 +241,14 @@ _HINTS = (
         "the forward branches on (or sizes a tensor by) a tensor's values; a graph's structure may depend on "
         "shapes only: compute both branches and select with a mask, or move the branch out of forward",
     ),
-    (
-        "Constraints violated",
-        "the model does not work for every size of a dim marked dynamic: give the dim a range (Dim('T', max=512)) "
-        "or leave it static",
-    ),
 )
 
 
-def tracing_error(exc: BaseException, module: Any) -> HndlError:
+def tracing_error(exc: BaseException, module: Any, args: tuple[Any, ...] = ()) -> HndlError:
     """``exc`` from torch.export as one ``E_IMPORT`` problem: the module whose forward was running, the user's
-    source line, the first lines of torch's message, and a hint for the usual causes."""
+    source line, the first lines of torch's message, and a hint for the usual causes (for a dynamic dim the
+    model does not take at every size, the range its guards need, read from the guards and the example
+    ``args``)."""
     frames = _user_frames(exc.__traceback__)
     paths = {id(m): name for name, m in module.named_modules()}
     owner = _module_of(frames, paths)
@@ -199,7 +265,10 @@ def tracing_error(exc: BaseException, module: Any) -> HndlError:
         message += f" (at `{cut(code, 120)}`)"
     hint = next((h for key, h in _HINTS if key in type(exc).__name__ or key in text), None)
     suggested = _suggested_fixes(text)
-    if suggested:
+    violated = _VIOLATED.search(text)
+    if violated:
+        hint = _range_hint(text, [n.strip() for n in violated[1].split(",") if n.strip()], module, args, suggested)
+    elif suggested:
         hint = f"{hint}; torch suggests: {suggested}" if hint else f"torch suggests: {suggested}"
     return HndlError(
         Problem(
@@ -211,6 +280,55 @@ def tracing_error(exc: BaseException, module: Any) -> HndlError:
             hint=hint,
         )
     )
+
+
+_VIOLATED = re.compile(r"Constraints violated \(([^)]*)\)")
+_SPECIALIZED = re.compile(r"You marked (\w+) as dynamic but your code specialized it to be a constant \((\d+)\)")
+
+
+def _range_hint(text: str, dims: list[str], module: Any, args: tuple[Any, ...], suggested: str) -> str:
+    """The hint for dims marked dynamic that the model does not take at every size, in the user's dim names:
+    the range each needs, read from the guards torch.export found violated (``H = Dim("H", min=33)``); a dim
+    the model fixes, to be left static; for the rest, a range in general and torch's own suggestion."""
+    from ._dim_ranges import examples_of, suggested_ranges, violations
+
+    try:
+        names = [p for p in inspect.signature(module.forward).parameters]
+    except (TypeError, ValueError):
+        names = []
+    ranges = suggested_ranges(text, examples_of(violations(text), names, args))
+    fixed = dict(_SPECIALIZED.findall(text))
+    in_order = [d for d in dict.fromkeys([*dims, *ranges]) if d in ranges]  # as torch's headline names them
+    rest = [d for d in dims if d not in ranges and d not in fixed]
+    parts = []
+    if ranges:
+        fixes = []
+        for name in in_order:
+            low, high = ranges[name]
+            bounds = (f", min={low}" if low is not None else "") + (f", max={high}" if high is not None else "")
+            fixes.append(f'{name} = Dim("{name}"{bounds})')
+        parts.append(f"the model does not take every size of {_and(in_order)}; the sizes it takes: " + "; ".join(fixes))
+    if fixed:
+        sizes = ", ".join(f"{name} to {size}" for name, size in fixed.items())
+        parts.append(f"the model fixes {sizes}, the example's size: leave {_and(list(fixed))} static")
+    if rest:
+        them = "it" if len(rest) == 1 else "each"
+        parts.append(
+            f"the model does not work for every size of {_and(rest)}: give {them} the range it takes "
+            f'(Dim("{rest[0]}", min=..., max=...)) or leave {"it" if len(rest) == 1 else "them"} static'
+        )
+    if suggested and (fixed or rest):
+        parts.append(f"torch suggests: {suggested}")
+    if not parts:
+        parts.append(
+            "the model does not work for every size of a dim marked dynamic: give it a range or leave it static"
+        )
+    return "; ".join(parts)
+
+
+def _and(names: list[str]) -> str:
+    """``H``, ``H and W``, ``B, H and W``."""
+    return " and ".join([", ".join(names[:-1]), names[-1]]) if len(names) > 1 else "".join(names)
 
 
 def _suggested_fixes(text: str) -> str:

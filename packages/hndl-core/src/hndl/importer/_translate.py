@@ -2,17 +2,21 @@
 
 Three passes over the traced nodes:
 
-1. *Units.* Each call of a layer whose class has a row in ``MODULES`` becomes one node (the row reads the layer's
-   attributes and the call's arguments). The calls of the layers traced in training mode become ``module`` nodes.
+0. *Inputs* (``_inputs``): the program's inputs as the graph's, with the sizes the trace assumed.
+1. *Units.* Each call of a layer (``_calls``) whose class has a row in ``MODULES`` becomes one node (the row reads
+   the layer's attributes and the call's arguments). The calls of the layers traced in training mode become
+   ``module`` nodes.
 2. *Operations.* An operation whose value no input can change folds (``_fold``): it is computed at import, and
-   the last such value before an operation that reads an input becomes a ``buffer`` node. Every other traced
-   operation goes through its row in ``FUNCTIONS``. One that has none, or whose
-   row refuses it, makes the innermost layer call around it a ``module`` node, if that layer can be rebuilt from
-   its class and constructor arguments (``_fallback``), else the next layer out; an operation outside every
-   layer, or inside layers none of which can be rebuilt, is an ``E_IMPORT`` problem naming each.
+   the last such value before an operation that reads an input becomes a ``buffer`` node (a persistent buffer
+   stays state a checkpoint loads into, ``_buffers``; a constant whose dtype follows the activations' is found by
+   ``_dtype_follow``). Every other traced operation goes through its row in ``FUNCTIONS``. One that has none, or
+   whose row refuses it, makes the innermost layer call around it a ``module`` node, if that layer can be rebuilt
+   from its class and constructor arguments (``_fallback``), else the next layer out; an operation outside every
+   layer, or inside layers none of which can be rebuilt, is an ``E_IMPORT`` problem naming each (``_refusals``).
 3. *Emission.* In the traced order, each unit or operation is added with ``Graph.add``, named after the layer
    it ran in (``layer1.0.conv1`` -> ``layer1_0_conv1``; ``layer1_0_add`` for an operation among others in a
-   layer's forward). Each parameter the node's layer holds is recorded as a rename from its original key.
+   layer's forward). Each parameter the node's layer holds is recorded as a rename from its original key. A
+   constant whose dtype follows the activations' is read through a ``type_as`` to the activation it follows.
 
 Then ``hndl.check`` judges the graph, and every node's inferred output shape is compared with the traced one at
 the example's sizes: a difference is the importer's mistake and is reported rather than returned.
@@ -24,44 +28,30 @@ refused, as is any write into a graph input.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from .._check import check
 from .._errors import HndlError, Problem
 from .._graph import Handle
 from .._registry import registry
-from ..naming import dtype_name
 from ._aliases import Aliases
+from ._buffers import keep_state, program_tensors
+from ._calls import CallInfo, Calls, class_name, is_tensor_node
+from ._dtype_follow import Followers, Following, find_following
 from ._fallback import NotRebuildable, Rebuilt, rebuild
-from ._fold import fold
+from ._fold import META_ONLY, fold
 from ._imported import Fallback, ImportedGraph
+from ._inputs import add_inputs, input_specs
+from ._messages import import_error
+from ._refusals import Refusals, reason
 from ._symbols import NotExpressible, name_symbols
-from ._table import FUNCTIONS, PENDING, Alias, Call, Emit, Port, Site, Unsupported, module_row
-from ._trace import Traced, cut, node_location, reads_training
+from ._table import FUNCTIONS, PENDING, Alias, Emit, Port, Site, Unsupported, module_row
+from ._trace import Traced
 from ._verify import shape_differences
 
 __all__ = ["Retrace", "node_name", "translate"]
-
-
-@dataclass
-class _CallInfo:
-    fqn: str  # path, with "@n" for the n-th further call of the same layer
-    path: str
-    module: Any
-    signature: Any  # what the call took and gave, when the trace preserved it
-    kind: str = ""  # "row", "fallback" or "" (traced through)
-    emit: Emit | None = None
-    rebuilt: Rebuilt | None = None
-    reason: str = ""
-
-
-_HINT_TABLE = (
-    "an op that does this, added as a row of hndl.importer.FUNCTIONS (or the layer's class in MODULES), would import it"
-)
 
 
 class Retrace(Exception):
@@ -74,18 +64,20 @@ class Retrace(Exception):
 
 
 def translate(
-    traced: Traced, example: Sequence[Any], dynamic_shapes: Any, whole: frozenset[str]
-) -> tuple[ImportedGraph, dict[str, str]]:
-    """The graph of ``traced``, and the layers traced through whose forward reads ``self.training`` (path ->
-    class name); raises ``HndlError`` (``E_IMPORT``) listing everything it cannot express.
+    traced: Traced, example: Sequence[Any], dynamic_shapes: Any, whole: frozenset[str], known: Followers | None = None
+) -> tuple[ImportedGraph, dict[str, str], Followers]:
+    """The graph of ``traced``, the layers traced through whose forward reads ``self.training`` (path -> class
+    name), and what it found of the constants whose dtype follows the activations'; raises ``HndlError``
+    (``E_IMPORT``) listing everything it cannot express.
 
     Args:
         whole: paths of the layers to keep whole (their trace does not show all they do): as their ``MODULES``
             row's node where it takes the call, else as ``module`` nodes.
+        known: another translation's findings on the same module, used instead of tracing it twice more.
     """
-    translator = _Translator(traced, example, dynamic_shapes, whole)
+    translator = _Translator(traced, example, dynamic_shapes, whole, known)
     graph = translator.run()
-    return graph, translator.readers
+    return graph, translator.readers, translator.following.findings()
 
 
 def node_name(path: str) -> str:
@@ -95,15 +87,22 @@ def node_name(path: str) -> str:
 
 
 class _Translator:
-    def __init__(self, traced: Traced, example: Sequence[Any], dynamic_shapes: Any, whole: frozenset[str]) -> None:
-        import torch
+    """One translation of one trace: :meth:`run` makes the graph, after which ``readers`` and ``following``
+    hold what :func:`translate` returns besides it."""
 
-        self.torch = torch
+    def __init__(
+        self,
+        traced: Traced,
+        example: Sequence[Any],
+        dynamic_shapes: Any,
+        whole: frozenset[str],
+        known: Followers | None = None,
+    ) -> None:
+        self.traced = traced
         self.program = traced.program
         self.root = traced.module
         self.whole = whole
         self.nodes = list(self.program.graph.nodes)
-        self.position = {n: i for i, n in enumerate(self.nodes)}
         self.by_name = {n.name: n for n in self.nodes}
         signature = self.program.graph_signature
         self.parameters: dict[str, str] = dict(signature.inputs_to_parameters)
@@ -113,79 +112,25 @@ class _Translator:
         self.state = self.root.state_dict(keep_vars=True)
         self.symbols = name_symbols(
             [(n.name, n.meta.get("val")) for n in self.user_inputs],
-            _input_specs(dynamic_shapes, [n.name for n in self.user_inputs]),
+            input_specs(dynamic_shapes, [n.name for n in self.user_inputs]),
             list(example),
         )
         self.problems: list[Problem] = []
-        self.refused: dict[tuple[str, str], list[Any]] = {}
         self.graph = ImportedGraph(node_name(type(self.root).__name__))
         self.taken: set[str] = set()
         self.values: dict[Any, Any] = {}  # traced value -> Handle or reference
         self.claims: dict[int, tuple[str, str]] = {}  # id(tensor) -> (node, tensor name)
         self.expected: dict[str, list[Any]] = {}  # hndl node -> traced outputs
-        self.signatures = {e.fqn: e.signature for e in self.program.module_call_graph if e.fqn and e.signature}
-        self.calls: dict[str, _CallInfo] = {}
-        self.stacks = {n: self._stack(n) for n in self._operations()}
-        for fqn in self.signatures:  # calls that left no node (an identity in eval mode)
-            if fqn not in self.calls:
-                self._call_info(fqn, fqn.split("@")[0])
-        self.within: dict[str, set[Any]] = {fqn: set() for fqn in self.calls}  # the nodes each call ran
-        for n, stack in self.stacks.items():
-            for fqn in stack:
-                self.within[fqn].add(n)
+        self.calls = Calls(self.program, self.root, list(self._operations()))
         #: Calls that need their signature preserved by another trace before they can be module nodes.
         self.unpreserved: set[str] = set()
         self.folding: Any = None  # what folds at import (_fold), set by the operations pass
-
-    # -- structure ---------------------------------------------------------------------------------------
-
-    def _call_info(self, fqn: str, path: str) -> _CallInfo | None:
-        info = self.calls.get(fqn)
-        if info is None:
-            try:
-                module = self.root.get_submodule(path)
-            except AttributeError:
-                return None
-            info = self.calls[fqn] = _CallInfo(fqn, path, module, self.signatures.get(fqn))
-        return info
-
-    def stack(self, node: Any) -> list[str]:
-        """The calls ``node`` ran inside, outermost first (the root left out)."""
-        return self.stacks[node]
-
-    def _stack(self, node: Any) -> list[str]:
-        out = []
-        for key, value in (node.meta.get("nn_module_stack") or {}).items():
-            path = value[0] if isinstance(value, tuple) else ""
-            if not path:
-                continue
-            _, sep, count = key.rpartition("@")
-            fqn = f"{path}@{count}" if sep and count.isdigit() else path
-            if self._call_info(fqn, path) is not None:
-                out.append(fqn)
-        return out
+        #: The folded values whose dtype follows the activations' (_dtype_follow), set by the operations pass.
+        self.following: Following
+        self.known = known
 
     def _operations(self) -> Iterator[Any]:
         return (n for n in self.nodes if n.op == "call_function")
-
-    def call(self, info: _CallInfo) -> Call:
-        """The call's arguments and results as traced values and constants."""
-        from torch.export.graph_signature import ConstantArgument
-        from torch.utils._pytree import tree_unflatten
-
-        def value(arg: Any) -> Any:
-            if isinstance(arg, ConstantArgument):
-                return arg.value
-            name = getattr(arg, "name", None)
-            return self.by_name.get(name, arg) if name is not None else arg
-
-        sig = info.signature
-        inputs = tree_unflatten([value(a) for a in sig.inputs], sig.in_spec)
-        args, kwargs = inputs if isinstance(inputs, tuple) and len(inputs) == 2 else ((), {})
-        outputs = [value(a) for a in sig.outputs]
-        inside = self.within[info.fqn]
-        used = [any(r not in inside for r in getattr(out, "users", {})) for out in outputs]
-        return Call(info.path, info.module, list(args), dict(kwargs), outputs, used)
 
     # -- the passes -----------------------------------------------------------------------------------------
 
@@ -197,28 +142,19 @@ class _Translator:
         if self.unpreserved:
             raise Retrace(frozenset(self.unpreserved))
         if self.problems:
-            raise HndlError(self.problems, title=f"import of {type(self.root).__name__}")
+            raise import_error(self.problems, title=f"import of {type(self.root).__name__}")
         self._emit(results)
         self._outputs()
         self._finish_renames()
         self._verify()
-        self.readers = self.training_readers()
+        self.readers = self.calls.training_readers()
         return self.graph
 
     def _inputs(self) -> None:
-        for n in self.user_inputs:
-            value = n.meta.get("val")
-            if not isinstance(value, self.torch.Tensor):
-                self.problems.append(Problem("E_IMPORT", f"input {n.name!r} is not a tensor ({type(value).__name__})"))
-                continue
-            try:
-                shape = self.symbols.shape(value)
-            except NotExpressible as exc:
-                self.problems.append(Problem("E_IMPORT", f"input {n.name!r}: {exc}"))
-                continue
-            dtype = None if value.is_floating_point() else dtype_name(value.dtype)
-            self.values[n] = self.graph.input(n.name, shape, dtype=dtype)
-            self.taken.add(n.name)
+        handles, problems = add_inputs(self.graph, self.program, self.user_inputs, self.symbols)
+        self.values.update(handles)
+        self.taken.update(n.name for n in handles)
+        self.problems.extend(problems)
 
     def _units(self) -> None:
         """Pass 1: the layer calls that become one node each."""
@@ -226,7 +162,7 @@ class _Translator:
             row = None if _hooked(info.module) else module_row(info.module)
             if row is not None and info.signature is not None:
                 try:
-                    info.emit = row(self.call(info))
+                    info.emit = row(self.calls.call(info))
                     info.kind = "row"
                     continue
                 except Unsupported as exc:
@@ -237,20 +173,17 @@ class _Translator:
                     f" ({info.reason})" if info.reason else ""
                 )
 
-    def unit(self, node: Any) -> str | None:
-        """The outermost call around ``node`` that is emitted as one node, if any."""
-        for fqn in self.stack(node):
-            if self.calls[fqn].kind:
-                return fqn
-        return None
-
     def _operations_pass(self) -> dict[Any, Any]:
         """Pass 2: each traced operation outside the units through its row."""
-        aliases = Aliases(self.nodes, self.user_inputs, self.parameters, self.buffers, self.describe)
-        folding = self.folding = fold(self.nodes, self._sources())
+        aliases = Aliases(self.nodes, self.user_inputs, self.parameters, self.buffers, self.calls.describe)
+        folding = self.folding = fold(self.nodes, program_tensors(self.program))
+        keep_state(folding, self.nodes, self.buffers, self.state, self.graph)
+        following = self.following = find_following(
+            self.traced, folding, self.known, self.graph.notes, class_name(self.root)
+        )
         results: dict[Any, Any] = {}
         for n in self._operations():
-            if self.unit(n) is not None:
+            if self.calls.unit(n) is not None:
                 continue
             if n in folding.frontier:
                 results[n] = folding.frontier[n]
@@ -258,26 +191,13 @@ class _Translator:
             if n in folding.folded:
                 continue
             try:
-                results[n] = self._operation(n, aliases)
+                results[n] = following.check_reads(self._operation(n, aliases))
             except Unsupported as exc:
                 results[n] = exc
+            result = results[n]
+            if isinstance(result, Alias):  # the constant under another name follows as it does
+                following.alias(n, result.value)
         return results
-
-    def _sources(self) -> dict[str, Any]:
-        """Placeholder name -> the tensor of each buffer and constant the module holds (what folding reads)."""
-        program = self.program
-        held = {**getattr(program, "constants", {}), **program.state_dict}
-        sources = {}
-        for name, key in {**self.buffers, **self.constants}.items():
-            if key in held:
-                sources[name] = held[key]
-        return sources
-
-    def describe(self, node: Any) -> tuple[str, str]:
-        """The path and class name of the layer call ``node`` ran in (``<root>`` for the module itself)."""
-        stack = self.stack(node)
-        info = self.calls[stack[-1]] if stack else None
-        return (info.path, _class_name(info.module)) if info else ("<root>", _class_name(self.root))
 
     def _operation(self, n: Any, aliases: Aliases) -> Any:
         value = n.meta.get("val")
@@ -289,6 +209,12 @@ class _Translator:
             return None  # sizes and assertions: rows read sizes from the traced shapes
         aliases.check(n)
         row = FUNCTIONS.get(target)
+        if row is None and target in META_ONLY:
+            raise Unsupported(
+                "makes a tensor of an activation's sizes that the trace does not fix (a dynamic dim), so it cannot be "
+                "a constant computed at import",
+                waits="an op that fills a tensor of another's sizes; until then make the dim static",
+            )
         if row is None:
             raise Unsupported(f"hndl has no op for {target}", waits=PENDING.get(target))
         try:
@@ -316,24 +242,24 @@ class _Translator:
 
     def _fallbacks(self, results: Mapping[Any, Any]) -> None:
         """Pass 2, end: each refused operation makes the innermost rebuildable layer around it a module node."""
+        refusals = Refusals()
         for n, result in results.items():
-            if not isinstance(result, Unsupported) or self.unit(n) is not None:
+            if not isinstance(result, Unsupported) or self.calls.unit(n) is not None:
                 continue
-            stack = self.stack(n)
             tried: list[str] = []
-            for fqn in reversed(stack):
+            for fqn in reversed(self.calls.stack(n)):
                 info = self.calls[fqn]
                 try:
                     info.rebuilt = self._rebuild(info)
                 except NotRebuildable as exc:
-                    tried.append(f"{info.path} ({_class_name(info.module)}): {exc}")
+                    tried.append(f"{info.path} ({class_name(info.module)}): {exc}")
                     continue
                 info.kind = "fallback"
-                info.reason = _reason(n, result)
+                info.reason = reason(n, result)
                 break
             else:
-                self._refuse(n, result, stack, tried)
-        self.problems.extend(self._refusals())
+                refusals.add(n, result, self.calls.innermost(n), self.root, tried)
+        self.problems.extend(refusals.problems())
         for info in self.calls.values():
             if info.kind == "fallback" and info.rebuilt is None:
                 try:
@@ -344,86 +270,20 @@ class _Translator:
                             "E_IMPORT",
                             f"{info.reason}, and the layer cannot be a module node: {exc}",
                             node=info.path,
-                            op=_class_name(info.module),
+                            op=class_name(info.module),
                             hint="add a row for it to hndl.importer's MODULES table, or an op that does what it does",
                         )
                     )
 
-    def _rebuild(self, info: _CallInfo) -> Rebuilt:
+    def _rebuild(self, info: CallInfo) -> Rebuilt:
         rebuilt = rebuild(info.module)
         if info.signature is None:
             # Which values the call took and gave is known only for calls whose signature the trace preserved:
             # the import traces again, preserving this one.
             self.unpreserved.add(info.path)
         else:
-            self._module_call(info)  # the call must be expressible as a module node too
+            self.calls.module_call(info)  # the call must be expressible as a module node too
         return rebuilt
-
-    def _module_call(self, info: _CallInfo) -> tuple[list[Any], Any, int | None]:
-        """A module node's inputs, its one traced output, and the index it selects (None: the whole result)."""
-        import inspect
-
-        call = self.call(info)
-        params = [
-            p
-            for p in list(inspect.signature(info.module.forward).parameters.values())
-            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        ]
-        bound: dict[str, Any] = dict(zip([p.name for p in params], call.args))
-        bound.update(call.kwargs)
-        inputs: list[Any] = []
-        for p in params:
-            if p.name not in bound:
-                continue
-            value = bound[p.name]
-            if _is_tensor_node(value):
-                if len(inputs) != params.index(p):
-                    raise NotRebuildable(f"its tensor argument {p.name!r} follows a non-tensor argument")
-                inputs.append(value)
-            elif p.default is p.empty or value != p.default:
-                raise NotRebuildable(f"it is called with {p.name}={value!r}, which a module node cannot pass")
-        tensors = [(i, out) for i, out in enumerate(call.outputs) if _is_tensor_node(out)]
-        used = [(i, out) for i, out in tensors if call.used[i]]
-        if not inputs:
-            raise NotRebuildable("it takes no tensor")
-        if len(used) > 1 or not tensors:
-            raise NotRebuildable("it returns several tensors that are used, or none")
-        index, output = used[0] if used else tensors[0]
-        single = len(call.outputs) == 1 and info.signature.out_spec.num_leaves == 1
-        return inputs, output, None if single else index
-
-    def _refuse(self, n: Any, result: Unsupported, stack: list[str], tried: list[str]) -> None:
-        """Record an operation nothing can express; the same reason in the same layer is one problem."""
-        where = self.calls[stack[-1]] if stack else None
-        key = (where.path if where else "<root>", _reason(n, result))
-        if key in self.refused:
-            self.refused[key][1] += 1
-            return
-        location, code = node_location(n)
-        self.refused[key] = [
-            Problem(
-                "E_IMPORT",
-                "",
-                node=key[0],
-                op=_class_name(where.module if where else self.root),
-                location=location,
-                hint=_HINT_TABLE if result.reason.startswith("hndl has no op") and not result.waits else None,
-            ),
-            1,
-            code,
-            tried,
-        ]
-
-    def _refusals(self) -> list[Problem]:
-        problems = []
-        for (_, reason), (problem, count, code, tried) in self.refused.items():
-            message = reason + (f", {count} times" if count > 1 else "")
-            if code:
-                message += f" (at `{cut(code, 100)}`)"
-            if tried:
-                message += "; and no layer around it can be a module node: " + "; ".join(tried)
-            problems.append(dataclasses.replace(problem, message=message))
-        return problems
 
     # -- emission -------------------------------------------------------------------------------------------
 
@@ -431,12 +291,12 @@ class _Translator:
         counts: dict[str | None, int] = {}
         for n, result in results.items():
             if isinstance(result, Emit):
-                stack = self.stack(n)
+                stack = self.calls.stack(n)
                 key = stack[-1] if stack else None
                 counts[key] = counts.get(key, 0) + 1
         done: set[str] = set()
         for n in self._operations():
-            fqn = self.unit(n)
+            fqn = self.calls.unit(n)
             if fqn is not None:
                 if fqn not in done:
                     done.add(fqn)
@@ -446,8 +306,7 @@ class _Translator:
             if isinstance(result, Emit):
                 # An operation is named after its layer when it is all that layer does (nn.ReLU's relu), else
                 # after the layer and the op (a Bottleneck's add: layer1_0_add).
-                stack = self.stack(n)
-                info = self.calls[stack[-1]] if stack else None
+                info = self.calls.innermost(n)
                 leaf = info is not None and next(info.module.children(), None) is None
                 alone = leaf and counts.get(info.fqn if info else None) == 1
                 path = info.path if info is not None else ""
@@ -462,18 +321,18 @@ class _Translator:
             elif isinstance(result, Port):
                 self.values[n] = self.values[result.value][result.index]
 
-    def _emit_unit(self, info: _CallInfo) -> None:
+    def _emit_unit(self, info: CallInfo) -> None:
         name = self._name(info.path)
         if info.kind == "row":
             assert info.emit is not None
-            call = self.call(info)
-            outputs = [out for out in call.outputs if _is_tensor_node(out)]
+            call = self.calls.call(info)
+            outputs = [out for out in call.outputs if is_tensor_node(out)]
             handle = self._add(info.emit, name)
             self.values[outputs[0]] = handle
             self.expected[name] = [outputs[0].meta["val"]]
             return
         assert info.rebuilt is not None
-        inputs, output, index = self._module_call(info)
+        inputs, output, index = self.calls.module_call(info)
         value = output.meta["val"]
         params: dict[str, Any] = {"target": info.rebuilt.target}
         if info.rebuilt.kwargs:
@@ -491,7 +350,7 @@ class _Translator:
                         f"its output shape {self.symbols.shape(value)} cannot be declared on a module node (sizes "
                         "must be ints or input symbols)",
                         node=info.path,
-                        op=_class_name(info.module),
+                        op=class_name(info.module),
                     )
                 )
             params["shape"] = shape
@@ -502,7 +361,7 @@ class _Translator:
             weights = {f"module.{k}": v for k, v in weights.items()}
         self.values[output] = self._add(Emit("module", list(inputs), params, weights), name)
         self.expected[name] = [value]
-        self.graph.fallbacks.append(Fallback(name, info.path, _class_name(info.module, full=True), info.reason))
+        self.graph.fallbacks.append(Fallback(name, info.path, class_name(info.module, full=True), info.reason))
 
     def ref(self, value: Any) -> Any:
         """The hndl reference of a traced value (a parameter read as data gets its ``parameter`` node)."""
@@ -523,9 +382,7 @@ class _Translator:
 
     def _add(self, emit: Emit, name: str) -> Handle:
         # An input that is itself an Emit is a node of its own, made first (the reshape of an sdpa mask).
-        inputs = [
-            self._add(v, self._name(f"{name}_{v.op}")) if isinstance(v, Emit) else self.ref(v) for v in emit.inputs
-        ]
+        inputs = [self._input(v, emit, name) for v in emit.inputs]
         tie: dict[str, str] = {}
         for local, key in emit.weights.items():
             tensor = self.state.get(key)
@@ -542,6 +399,16 @@ class _Translator:
             self.graph.renames.setdefault(key, target)
         return self.graph.add(emit.op, *inputs, name=name, tie=tie or None, **_without_defaults(emit))
 
+    def _input(self, value: Any, emit: Emit, name: str) -> Any:
+        """The reference node ``name`` (of ``emit``) reads for ``value``. A constant whose dtype follows the
+        activations' is read through a ``type_as`` to the activation it takes its dtype from."""
+        if isinstance(value, Emit):
+            return self._add(value, self._name(f"{name}_{value.op}"))
+        if not self.following.follows(value):
+            return self.ref(value)
+        like = self.following.source(value, emit.inputs, self.values, name)
+        return self.graph.add("type_as", self.ref(value), self.ref(like), name=self._name(f"{name}_type_as"))
+
     def _name(self, base: str) -> str:
         name = node_name(base)
         if name in self.taken:
@@ -557,7 +424,8 @@ class _Translator:
         from torch.utils._pytree import tree_flatten
 
         leaves, _ = tree_flatten(output.args)
-        refs = [self.ref(v) for v in leaves if hasattr(v, "meta") and _is_tensor(v.meta.get("val"))]
+        self.following.check_returned(leaves, class_name(self.root))
+        refs = [self.ref(v) for v in leaves if is_tensor_node(v)]
         if not refs:
             raise HndlError(Problem("E_IMPORT", "the module returns no tensor"))
         self.graph.output(list(refs))
@@ -581,23 +449,10 @@ class _Translator:
             checked = check(self.graph)
         except HndlError as exc:
             mistake = Problem("E_IMPORT", "the imported graph does not check (a mistake of the importer)")
-            raise HndlError([*exc.problems, mistake], title=title) from None
+            raise import_error([*exc.problems, mistake], title=title) from None
         problems = shape_differences(checked, self.expected, self.symbols)
         if problems:
-            raise HndlError(problems, title=title)
-
-    def training_readers(self) -> dict[str, str]:
-        """The calls traced through (not one node) whose forward reads ``self.training``, outside torch.nn:
-        path -> class name (the root as ``""``)."""
-        readers = {}
-        for info in self.calls.values():
-            if info.kind or _class_name(info.module, full=True).startswith("torch.nn."):
-                continue
-            if reads_training(info.module):
-                readers[info.path] = _class_name(info.module)
-        if reads_training(self.root) and not type(self.root).__module__.startswith("torch.nn."):
-            readers[""] = _class_name(self.root)
-        return readers
+            raise import_error(problems, title=title)
 
 
 def _without_defaults(emit: Emit) -> dict[str, Any]:
@@ -613,16 +468,6 @@ def _without_defaults(emit: Emit) -> dict[str, Any]:
     }
 
 
-def _reason(n: Any, result: Unsupported) -> str:
-    text = f"{n.target}: {result.reason}" if not result.reason.startswith("hndl has no op") else result.reason
-    return f"{text} (waits on {result.waits})" if result.waits else text
-
-
-def _class_name(module: Any, full: bool = False) -> str:
-    cls = type(module)
-    return f"{cls.__module__}.{cls.__qualname__}" if full else cls.__name__
-
-
 def _hooked(module: Any) -> bool:
     return bool(module._forward_hooks or module._forward_pre_hooks)
 
@@ -631,17 +476,3 @@ def _is_tensor(value: Any) -> bool:
     import torch
 
     return isinstance(value, torch.Tensor)
-
-
-def _is_tensor_node(value: Any) -> bool:
-    return hasattr(value, "meta") and _is_tensor(value.meta.get("val"))
-
-
-def _input_specs(dynamic_shapes: Any, names: Sequence[str]) -> list[Any]:
-    """Each input's ``dynamic_shapes`` entry, in input order."""
-    if dynamic_shapes is None:
-        return [None] * len(names)
-    if isinstance(dynamic_shapes, Mapping):
-        return [dynamic_shapes.get(name) for name in names]
-    specs = list(dynamic_shapes)
-    return (specs + [None] * len(names))[: len(names)]

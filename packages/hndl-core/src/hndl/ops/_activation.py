@@ -1,6 +1,10 @@
 """Activations, declared as rows: each builds the ``torch.nn`` class of its name with torch's parameters, so a
 layer's settings, ``state_dict`` (``prelu``'s ``weight``) and results are torch's own.
 
+Two build hndl's layers instead, for transformers' formulas written out (their results differ from torch's
+kernels in the last place, and a model is held to its reference bit for bit): ``gelu`` with ``approximate:
+tanh_formula`` (``gelu_new``) and ``quick_gelu``.
+
 A row holds the op's name, the ``torch.nn`` class, the parameters the class takes (with torch's names and
 defaults, ``inplace`` left out: the fast path decides what may run in place), the docs and, where the class
 constrains its input or parameters beyond "a floating tensor, any shape", the rule that checks it.
@@ -36,6 +40,12 @@ class Activation:
         error_example: a node the op refuses (:attr:`hndl.OpDef.error_example`); the default is an integer
             input.
         aliases: other libraries' names for it (:attr:`hndl.OpDef.aliases`).
+        saves: what its backward keeps (:attr:`hndl.OpDef.saves`): its input for most (the derivative of
+            ``gelu(x)`` is a function of ``x``), its output for those whose derivative is one of the output
+            (``relu``, ``sigmoid``, ``tanh``, ``softmax``, ``log_softmax``).
+        variants: parameter values that build an hndl layer (taking no arguments) instead of torch's class,
+            ``{(parameter, value): "hndl.torch.layers.Class"}``: ``gelu``'s ``approximate: tanh_formula`` is
+            transformers' formula written out, which torch's class does not compute bit for bit.
     """
 
     name: str
@@ -47,6 +57,13 @@ class Activation:
     inference: str = ""
     error_example: Mapping[str, Any] | None = None
     aliases: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    saves: str = "inputs"
+    variants: Mapping[tuple[str, Any], str] = field(default_factory=dict)
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        """Every class the row may build, torch's first."""
+        return (f"torch.nn.{self.cls}", *self.variants.values())
 
 
 _INT_INPUT = {"inputs": [{"shape": ["B", 8], "dtype": "int64"}]}
@@ -129,7 +146,7 @@ def _prelu_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 _DIM = Param("dim", "int", default=-1, doc="the dim to normalise over (negative counts from the end)")
 
 ACTIVATIONS: tuple[Activation, ...] = (
-    Activation("relu", "ReLU", "Rectified linear unit, ``max(x, 0)``, elementwise."),
+    Activation("relu", "ReLU", "Rectified linear unit, ``max(x, 0)``, elementwise.", saves="output"),
     Activation("relu6", "ReLU6", "``min(max(x, 0), 6)``, elementwise (MobileNetV2)."),
     Activation(
         "leaky_relu",
@@ -163,20 +180,23 @@ ACTIVATIONS: tuple[Activation, ...] = (
                 "approximate",
                 "str",
                 default="none",
-                choices=("none", "tanh"),
-                doc="'none' for the exact erf form, 'tanh' for the tanh approximation (GPT-2)",
+                choices=("none", "tanh", "tanh_formula"),
+                doc="'none' for the exact erf form; 'tanh' for torch's tanh approximation (transformers' "
+                "gelu_pytorch_tanh); 'tanh_formula' for the same approximation written out as transformers' "
+                "gelu_new (NewGELUActivation: GPT-2, Phi), equal to it bit for bit",
             ),
         ),
         {"approximate": "tanh"},
         aliases={
-            "gelu_new": {"approximate": "tanh"},
+            "gelu_new": {"approximate": "tanh_formula"},
             "gelu_pytorch_tanh": {"approximate": "tanh"},
             "gelu_tanh": {"approximate": "tanh"},
             "GELUTanh": {"approximate": "tanh"},
-            "NewGELUActivation": {"approximate": "tanh"},
+            "NewGELUActivation": {"approximate": "tanh_formula"},
             "PytorchGELUTanh": {"approximate": "tanh"},
             "GELUActivation": {},
         },
+        variants={("approximate", "tanh_formula"): "hndl.torch.layers.GELUTanhFormula"},
     ),
     Activation(
         "silu",
@@ -214,8 +234,8 @@ ACTIVATIONS: tuple[Activation, ...] = (
         ),
     ),
     Activation("softsign", "Softsign", "``x / (1 + |x|)``, elementwise."),
-    Activation("tanh", "Tanh", "Hyperbolic tangent, elementwise."),
-    Activation("sigmoid", "Sigmoid", "Logistic sigmoid, ``1 / (1 + exp(-x))``, elementwise."),
+    Activation("tanh", "Tanh", "Hyperbolic tangent, elementwise.", saves="output"),
+    Activation("sigmoid", "Sigmoid", "Logistic sigmoid, ``1 / (1 + exp(-x))``, elementwise.", saves="output"),
     Activation("logsigmoid", "LogSigmoid", "``log(sigmoid(x))``, computed stably."),
     Activation(
         "prelu",
@@ -248,6 +268,7 @@ ACTIVATIONS: tuple[Activation, ...] = (
         {"dim": -1},
         infer=_along_dim_infer,
         inference="dim must be within the input's rank",
+        saves="output",
         error_example={"params": {"dim": 2}, "inputs": [["B", 8]]},
     ),
     Activation(
@@ -258,6 +279,7 @@ ACTIVATIONS: tuple[Activation, ...] = (
         {"dim": -1},
         infer=_along_dim_infer,
         inference="dim must be within the input's rank",
+        saves="output",
         error_example={"params": {"dim": 2}, "inputs": [["B", 8]]},
     ),
 )
@@ -265,8 +287,14 @@ ACTIVATIONS: tuple[Activation, ...] = (
 
 def _register(row: Activation) -> None:
     def build(p: Params, inputs: Sequence[TensorType]) -> Any:
+        import importlib
+
         import torch
 
+        for (name, value), path in row.variants.items():
+            if p[name] == value:
+                module, _, cls = path.rpartition(".")
+                return getattr(importlib.import_module(module), cls)()
         return getattr(torch.nn, row.cls)(**{param.name: p[param.name] for param in row.params})
 
     build.__doc__ = row.doc
@@ -277,7 +305,8 @@ def _register(row: Activation) -> None:
         inputs=[Port("x", ["*shape"])],
         outputs=[Port("y", None if changes_shape else ["*shape"], dtype="same:x")],
         infer=row.infer,
-        module=f"torch.nn.{row.cls}",
+        layer=row.layers if row.variants else row.layers[0],
+        saves=row.saves,
         inference=row.inference,
         example={"op": row.name, **row.example},
         returns="new",
@@ -288,5 +317,30 @@ def _register(row: Activation) -> None:
 
 for _row in ACTIVATIONS:
     _register(_row)
+
+
+@op(
+    "quick_gelu",
+    saves="inputs",
+    params=[],
+    inputs=[Port("x", ["*shape"])],
+    outputs=[Port("y", ["*shape"], dtype="same:x")],
+    layer="hndl.torch.layers.QuickGELU",
+    example={"op": "quick_gelu"},
+    input_shape_example=["B", "T", 512],
+    returns="new",
+    aliases={"QuickGELUActivation": {}, "gelu_quick": {}},
+    error_example=_INT_INPUT,
+)
+def quick_gelu(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """``x * sigmoid(1.702 * x)``, elementwise: the sigmoid approximation of GELU (CLIP's ``quick_gelu``).
+
+    Computed as transformers' ``QuickGELUActivation`` computes it, so results equal its bit for bit. It is not
+    ``gelu``: the two differ by up to about 0.02.
+    """
+    from ..torch.layers import QuickGELU
+
+    return QuickGELU()
+
 
 __all__ = ["ACTIVATIONS", "Activation"]

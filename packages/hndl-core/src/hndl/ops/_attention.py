@@ -10,9 +10,11 @@ from typing import Any
 
 from .._contracts import TensorType, format_shape
 from .._dims import Dim
+from .._op_facts import sdpa_macs
 from .._param_types import ParamType, describe_value, excerpt
 from .._registry import InferError, Param, Params, Port, op
 from ._attention_cache import check_cache, check_past, past_outputs
+from ._attention_facts import attention_macs, attention_memory
 from ._attention_masks import check_mask, check_window
 from ._attention_ports import AttentionPorts
 from ._common import open_at
@@ -183,6 +185,9 @@ def _is_legacy(p: Params) -> bool:
 
 @op(
     "attention",
+    saves="inputs",
+    inner_memory=attention_memory,
+    macs=attention_macs,
     returns="new",
     params=[
         Param("num_heads", "int", min=1, doc="number of query heads"),
@@ -263,7 +268,7 @@ def _is_legacy(p: Params) -> bool:
             None,
             dtype="any",
             when="masked",
-            doc="bool (true: attend) or additive float: [B, S] (padding), [B, T, S], or rank 4",
+            doc="bool (true: attend) or additive float: [B, S] (padding), [B, T, S], or rank 4; dim 0 the batch or 1",
         ),
         Port(
             "score_bias",
@@ -302,11 +307,12 @@ def _is_legacy(p: Params) -> bool:
     ],
     infer=_attention_infer,
     count_outputs=_attention_outputs,
-    module="hndl.torch.layers.SelfAttention or CrossAttention or Attention",
+    layer=("hndl.torch.layers.SelfAttention", "hndl.torch.layers.CrossAttention", "hndl.torch.layers.Attention"),
     inference=(
         "num_heads must divide embed_dim unless head_dim is given; kv_heads must divide num_heads; kdim (the kv "
         "input's width) must be an int; the mask is [B, S] (padding), [B, T, S] or of rank 4 broadcastable to "
-        "[B, num_heads, T, S] (S = T without kv; S = M with a cache; S+T with a past), the score bias too; rope's "
+        "[B, num_heads, T, S] (S = T without kv; S = M with a cache; S+T with a past), its dim 0 the batch of x "
+        "or 1 (a [T, S] mask is given as [1, 1, T, S]), the score bias too; rope's "
         "dims even and at most head_dim; window needs causal; a cache or a past needs causal self-attention, and "
         "its Hkv and Dh are kv_heads and head_dim; with past, five outputs: y, the keys and values [B, kv_heads, "
         "S+T, head_dim], the new ones [B, kv_heads, T, head_dim]; position_ids needs rope"
@@ -335,7 +341,10 @@ def attention(p: Params, inputs: Sequence[TensorType]) -> Any:
     query may attend) or a float added to the scores. A mask of rank 2 is a padding mask ``[B, S]`` (read as
     ``[B, 1, 1, S]``), one of rank 3 is ``[B, T, S]`` (read as ``[B, 1, T, S]``), one of rank 4 broadcasts to
     ``[B, num_heads, T, S]``; a mask below rank 4 always starts with the batch, even where ``B`` and ``T`` are
-    equal. With ``score_bias: true`` the last input is a float added to the scores (T5's relative position bias
+    equal. So a mask's dim 0 is ``x``'s batch (the same symbol or size) or 1: a ``[T, T]`` mask, which a call
+    with ``B == T`` would read as ``[B, S]``, is refused statically (``E_SHAPE`` saying what it was read as). A
+    mask the whole batch shares, ``[T, S]``, is given at rank 4: declare it ``[1, 1, T, S]``, or widen it with
+    ``{op: expand, shape: [1, 1, -1, -1]}``; a causal mask is simply ``causal: true``. With ``score_bias: true`` the last input is a float added to the scores (T5's relative position bias
     ``[1, num_heads, T, S]``). ``causal``, ``window``, the mask and the score bias combine. ``embed_dim`` follows
     from ``x``'s last dim.
 
@@ -414,6 +423,8 @@ def _sdpa_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "sdpa",
+    saves="both",
+    macs=sdpa_macs,
     returns="new",
     params=[
         Param("causal", "bool", default=False, doc="query i attends only to keys 0..i"),
@@ -436,7 +447,7 @@ def _sdpa_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     ],
     outputs=[Port("y", ["B", "H", "T", "Dv"], dtype="same:q")],
     infer=_sdpa_infer,
-    module="hndl.torch.layers.SDPA",
+    layer="hndl.torch.layers.SDPA",
     inference="Hkv must divide H; the mask is [B, S], [B, T, S] or broadcastable to [B, H, T, S]; window needs causal",
     example={"op": "sdpa", "causal": True},
     input_shape_example=["B", 8, "T", 64],

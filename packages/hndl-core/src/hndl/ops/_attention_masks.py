@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._contracts import TensorType, dtype_satisfies, format_shape
-from .._dims import Dim
+from .._contracts import TensorType, dtype_satisfies, format_shape, is_unknown
+from .._dims import Dim, format_dim
 from .._registry import InferError, Param, Params, Port, op
 from ._common import broadcast_shapes, open_at
 
@@ -16,6 +16,12 @@ from ._common import broadcast_shapes, open_at
 #: inserting the dims it lacks (torch's right-aligned broadcasting would read a padding mask ``[B, S]`` as
 #: ``[T, S]``, which is silently wrong when ``B == T``).
 MASK_FORMS = {2: "a padding mask [B, S]", 3: "[B, T, S]", 4: "broadcastable to [B, num_heads, T, S]"}
+
+#: How a mask every row of the batch shares is given: at rank 4, where no dim is read as the batch.
+SHARED_MASK_HINT = (
+    "a mask below rank 4 starts with the batch; a mask the whole batch shares, [T, S], is given at rank 4: "
+    "declare it [1, 1, T, S], or add {op: expand, shape: [1, 1, -1, -1]} before the attention"
+)
 
 
 def mask_as_rank4(shape: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -64,6 +70,7 @@ def check_mask(mask: TensorType, scores: tuple[Dim, ...] | None, *, port: str = 
             actual=format_shape(mask.shape),
             hint="a padding mask is [B, S]: true (or 0.0) where a key may be attended to",
         )
+    _check_batch(mask.shape, scores, port)
     try:
         broadcast_shapes(scores, mask_as_rank4(mask.shape), ("scores", port))
     except InferError as exc:
@@ -75,8 +82,33 @@ def check_mask(mask: TensorType, scores: tuple[Dim, ...] | None, *, port: str = 
             port=port,
             expected=f"{MASK_FORMS[rank]}, with {format_shape(scores)} for [B, num_heads, T, S]",
             actual=format_shape(mask.shape),
-            hint="a mask below rank 4 starts with the batch: [B, S] (padding) or [B, T, S]",
+            hint=SHARED_MASK_HINT,
         ) from exc
+
+
+def _is_not_batch(first: Dim, batch: Dim) -> bool:
+    """Whether a mask's dim 0 is a symbol other than the batch's: ``T`` where the batch is ``B``, which a call
+    may bind to the same size and so pass a ``[T, T]`` mask off as ``[B, S]``. An int is left to broadcasting
+    (statically against an int batch, at the call against a symbolic one), as is a dim inference does not know."""
+    return not (isinstance(first, int) or first == batch or is_unknown(first) or is_unknown(batch))
+
+
+def _check_batch(shape: tuple[Dim, ...], scores: tuple[Dim, ...], port: str) -> None:
+    """A mask's dim 0 is the batch of the scores (the same symbol or size) or 1, at every rank: the rule that
+    keeps a ``[T, S]`` mask from being read as a padding mask ``[B, S]`` whenever a call has ``B == T``."""
+    first, batch = shape[0], scores[0]
+    if not _is_not_batch(first, batch):
+        return
+    rank = len(shape)
+    read = "" if rank == 4 else f" (as {format_shape(mask_as_rank4(shape))})"
+    raise InferError(
+        f"the {port} {format_shape(shape)} is read as {MASK_FORMS[rank]}{read}, and its dim 0 is "
+        f"{format_dim(first)}, not the batch {format_dim(batch)}",
+        port=port,
+        expected=f"dim 0 the batch {format_dim(batch)} (or 1): {MASK_FORMS[rank]}",
+        actual=format_shape(shape),
+        hint=SHARED_MASK_HINT + ("; a causal mask is causal: true" if rank == 2 and shape[0] == shape[1] else ""),
+    )
 
 
 def check_window(p: Params) -> None:
@@ -112,6 +144,7 @@ def _attention_mask_infer(p: Params, inputs: Sequence[TensorType]) -> list[Tenso
 
 @op(
     "attention_mask",
+    saves="none",
     returns="new",
     params=[
         Param("causal", "bool", default=False, doc="fold in the causal pattern: query i sees keys 0..i"),
@@ -120,7 +153,7 @@ def _attention_mask_infer(p: Params, inputs: Sequence[TensorType]) -> list[Tenso
     inputs=[Port("padding", ["B", "S"], dtype="bool", doc="true for a real token, false for padding")],
     outputs=[Port("y", ["B", 1, "S", "S"], dtype="bool")],
     infer=_attention_mask_infer,
-    module="hndl.torch.layers.AttentionMask",
+    layer="hndl.torch.layers.AttentionMask",
     inference="window needs causal",
     example={"op": "attention_mask", "causal": True},
     input_shape_example=["B", "S"],

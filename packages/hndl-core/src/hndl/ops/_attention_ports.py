@@ -56,7 +56,7 @@ class AttentionPorts:
         ):
             slots[name] = at if present else None
             at += int(present)
-        return cls(count=count, **slots)
+        return cls(count, **slots)  # type: ignore[arg-type]  # every slot is an int or None, as the fields are
 
     def pick(self, values: Sequence[T], port: str) -> T | None:
         """The input at ``port`` among ``values`` (the node's inputs, in order), ``None`` when it has none."""

@@ -280,6 +280,7 @@ def _build_module(p: Params, inputs: Sequence[TensorType]) -> Any:
 
 op(
     "module",
+    saves="output",
     params=[
         Param("target", "str", doc="the class to build, as 'package.module:Class'"),
         Param("kwargs", "mapping", default={}, doc="keyword arguments for the class"),

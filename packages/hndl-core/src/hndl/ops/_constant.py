@@ -299,6 +299,7 @@ FLOATING = ("float16", "bfloat16", "float32", "float64")
 
 @op(
     "buffer",
+    saves="none",
     params=[
         Param("shape", "ints", min=0, doc="the tensor's shape ([] for a single number)"),
         Param("init", "str", default="zeros", choices=tuple(FORMULAS), doc="the formula that fills it (see below)"),
@@ -330,7 +331,7 @@ FLOATING = ("float16", "bfloat16", "float32", "float64")
     inputs=[],
     outputs=[Port("y", None, dtype="any")],
     infer=_buffer_infer,
-    module="hndl.torch.layers.FixedTensor",
+    layer="hndl.torch.layers.FixedTensor",
     inference="the output's shape is the shape parameter; its dtype the dtype parameter, or the formula's own",
     example={"op": "buffer", "shape": [64, 128], "init": "sinusoidal"},
     returns="state",

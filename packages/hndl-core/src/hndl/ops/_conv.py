@@ -11,6 +11,7 @@ from typing import Any
 
 from .._contracts import TensorType
 from .._dims import format_dim
+from .._op_facts import conv_macs, pool_indices_memory
 from .._registry import InferError, Param, Params, Port, op
 from ._common import check_window_padding, pair, shape_of_rank, window_out
 
@@ -62,11 +63,13 @@ def _conv1d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "conv1d",
+    saves="inputs",
+    macs=conv_macs,
     params=_conv_params("int"),
     inputs=[Port("x", ["N", "in_channels", "L"], doc="batch, channels, length")],
     outputs=[Port("y", ["N", "out_channels", "(L+2*padding-dilation*(kernel_size-1)-1)//stride+1"], dtype="same:x")],
     infer=_conv1d_infer,
-    module="torch.nn.Conv1d",
+    layer="torch.nn.Conv1d",
     inference="groups must divide both channel counts",
     example={"op": "conv1d", "out_channels": 32, "kernel_size": 3, "padding": 1},
     input_shape_example=["B", 16, 100],
@@ -122,12 +125,14 @@ def _conv2d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "conv2d",
+    saves="inputs",
+    macs=conv_macs,
     params=_conv_params("int_or_pair"),
     inputs=[Port("x", ["N", "in_channels", "H", "W"], doc="batch, channels, height, width")],
     outputs=[Port("y", ["N", "out_channels", *_HW_OUT], dtype="same:x")],
     infer=_conv2d_infer,
     derive=_derive_conv2d,
-    module="torch.nn.Conv2d",
+    layer="torch.nn.Conv2d",
     inference=(
         "kernel_h and kernel_w are kernel_size's entries, and so on for stride, padding and dilation; "
         "groups must divide both channel counts"
@@ -198,6 +203,8 @@ _POOL_INFERENCE = (
 
 @op(
     "maxpool2d",
+    saves="inputs",
+    inner_memory=pool_indices_memory,
     params=[
         *_POOL_COMMON,
         Param("dilation", "int_or_pair", default=1, min=1, doc="spacing between window elements"),
@@ -206,7 +213,7 @@ _POOL_INFERENCE = (
     inputs=_POOL_IN,
     outputs=_POOL_OUT,
     infer=_pool_infer,
-    module="torch.nn.MaxPool2d",
+    layer="torch.nn.MaxPool2d",
     inference=_POOL_INFERENCE.format(window="H+2*padding_h-dilation_h*(kernel_h-1)-1", dilation=", dilation_h"),
     example={"op": "maxpool2d", "kernel_size": 2},
     input_shape_example=["B", 16, 32, 32],
@@ -228,6 +235,7 @@ def maxpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
 
 @op(
     "avgpool2d",
+    saves="inputs",
     params=[
         *_POOL_COMMON,
         _CEIL,
@@ -236,7 +244,7 @@ def maxpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     inputs=_POOL_IN,
     outputs=_POOL_OUT,
     infer=_pool_infer,
-    module="torch.nn.AvgPool2d",
+    layer="torch.nn.AvgPool2d",
     inference=_POOL_INFERENCE.format(window="H+2*padding_h-kernel_h", dilation=""),
     example={"op": "avgpool2d", "kernel_size": 2},
     input_shape_example=["B", 16, 32, 32],
@@ -277,6 +285,7 @@ def _adaptive_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]
 
 @op(
     "adaptive_avgpool2d",
+    saves="none",
     params=[
         Param(
             "output_size",
@@ -289,7 +298,7 @@ def _adaptive_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]
     outputs=[Port("y", ["N", "C", "out_h", "out_w"], dtype="same:x")],
     infer=_adaptive_infer,
     derive=_derive_adaptive,
-    module="torch.nn.AdaptiveAvgPool2d",
+    layer="torch.nn.AdaptiveAvgPool2d",
     example={"op": "adaptive_avgpool2d", "output_size": 1},
     input_shape_example=["B", 512, 7, 7],
     returns="new",
@@ -335,6 +344,8 @@ _POOL1D_INFERENCE = (
 
 @op(
     "maxpool1d",
+    saves="inputs",
+    inner_memory=pool_indices_memory,
     params=[
         *_POOL1D_COMMON,
         Param("dilation", "int", default=1, min=1, doc="spacing between window elements"),
@@ -343,7 +354,7 @@ _POOL1D_INFERENCE = (
     inputs=_POOL1D_IN,
     outputs=_POOL1D_OUT,
     infer=_pool1d_infer,
-    module="torch.nn.MaxPool1d",
+    layer="torch.nn.MaxPool1d",
     inference=_POOL1D_INFERENCE.format(window="L+2*padding-dilation*(kernel_size-1)-1"),
     example={"op": "maxpool1d", "kernel_size": 2},
     input_shape_example=["B", 16, 100],
@@ -361,6 +372,7 @@ def maxpool1d(p: Params, inputs: Sequence[TensorType]) -> Any:
 
 @op(
     "avgpool1d",
+    saves="inputs",
     params=[
         *_POOL1D_COMMON,
         _CEIL,
@@ -369,7 +381,7 @@ def maxpool1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     inputs=_POOL1D_IN,
     outputs=_POOL1D_OUT,
     infer=_pool1d_infer,
-    module="torch.nn.AvgPool1d",
+    layer="torch.nn.AvgPool1d",
     inference=_POOL1D_INFERENCE.format(window="L+2*padding-kernel_size"),
     example={"op": "avgpool1d", "kernel_size": 2},
     input_shape_example=["B", 16, 100],
@@ -401,11 +413,12 @@ def _adaptive1d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorTyp
 
 @op(
     "adaptive_avgpool1d",
+    saves="none",
     params=[Param("output_size", "int", min=1, doc="the output's length")],
     inputs=_POOL1D_IN,
     outputs=[Port("y", ["N", "C", "output_size"], dtype="same:x")],
     infer=_adaptive1d_infer,
-    module="torch.nn.AdaptiveAvgPool1d",
+    layer="torch.nn.AdaptiveAvgPool1d",
     example={"op": "adaptive_avgpool1d", "output_size": 1},
     input_shape_example=["B", 64, 50],
     returns="new",

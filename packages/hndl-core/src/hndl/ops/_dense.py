@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._contracts import INT_DTYPES, TensorType
+from .._op_facts import linear_macs, mask_memory
 from .._registry import InferError, Param, Params, Port, op
 
 # The affine maps' parameters: linear (weight [out, in]) and linear_in_out (weight [in, out]) alike.
@@ -18,10 +19,12 @@ _LINEAR_PARAMS = [
 
 @op(
     "linear",
+    saves="inputs",
+    macs=linear_macs,
     params=_LINEAR_PARAMS,
     inputs=[Port("x", ["*batch", "in_features"], doc="features in the last dim")],
     outputs=[Port("y", ["*batch", "out_features"], dtype="same:x")],
-    module="torch.nn.Linear",
+    layer="torch.nn.Linear",
     example={"op": "linear", "out_features": 128},
     input_shape_example=["B", 784],
     returns="new",
@@ -39,10 +42,12 @@ def linear(p: Params, inputs: Sequence[TensorType]) -> Any:
 
 @op(
     "linear_in_out",
+    saves="inputs",
+    macs=linear_macs,
     params=_LINEAR_PARAMS,
     inputs=[Port("x", ["*batch", "in_features"], doc="features in the last dim")],
     outputs=[Port("y", ["*batch", "out_features"], dtype="same:x")],
-    module="hndl.torch.layers.LinearInOut",
+    layer="hndl.torch.layers.LinearInOut",
     example={"op": "linear_in_out", "out_features": 192},
     input_shape_example=["B", "T", 64],
     returns="new",
@@ -88,6 +93,7 @@ def _embedding_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
 
 @op(
     "embedding",
+    saves="none",
     params=[
         Param("num_embeddings", "int", min=1, doc="size of the vocabulary (indices run 0 .. num_embeddings-1)"),
         Param("embedding_dim", "int", min=1, doc="size of each embedding vector"),
@@ -102,7 +108,7 @@ def _embedding_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     inputs=[Port("x", ["*batch"], dtype="int", doc="integer indices, any shape")],
     outputs=[Port("y", ["*batch", "embedding_dim"], dtype="float")],
     infer=_embedding_infer,
-    module="torch.nn.Embedding",
+    layer="torch.nn.Embedding",
     example={"op": "embedding", "num_embeddings": 50257, "embedding_dim": 768},
     input_shape_example=["B", "T"],
     returns="new",
@@ -119,10 +125,20 @@ def embedding(p: Params, inputs: Sequence[TensorType]) -> Any:
 
 @op(
     "dropout",
-    params=[Param("p", "float", default=0.5, min=0, max=1, doc="probability of zeroing an element in training")],
+    saves="none",
+    inner_memory=mask_memory,
+    params=[
+        Param("p", "float", default=0.5, min=0, max=1, doc="probability of zeroing an element in training"),
+        Param(
+            "always",
+            "bool",
+            default=False,
+            doc="drop in eval mode too (Monte Carlo dropout: F.dropout(x, p, training=True))",
+        ),
+    ],
     inputs=[Port("x", ["*shape"])],
     outputs=[Port("y", ["*shape"], dtype="same:x")],
-    module="torch.nn.Dropout",
+    layer="torch.nn.Dropout",
     example={"op": "dropout", "p": 0.1},
     input_shape_example=["B", 128],
     returns="input",
@@ -130,18 +146,26 @@ def embedding(p: Params, inputs: Sequence[TensorType]) -> Any:
 def dropout(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Zero each element with probability ``p`` in training mode and scale the rest by ``1/(1-p)``.
 
-    In eval mode it passes its input through unchanged.
+    In eval mode it passes its input through unchanged, unless ``always`` is true: then it drops in eval mode as
+    well, as ``F.dropout(x, p, training=True)`` does (Monte Carlo dropout, which samples a model's uncertainty at
+    inference); with the same seed it zeroes the same elements as that call.
     """
     import torch
 
+    if p.always:
+        from ..torch.layers import AlwaysDropout
+
+        return AlwaysDropout(p.p)
     return torch.nn.Dropout(p.p)
 
 
 @op(
     "identity",
+    saves="none",
+    passes_gradient=True,
     inputs=[Port("x", ["*shape"], dtype="any")],
     outputs=[Port("y", ["*shape"], dtype="same:x")],
-    module="torch.nn.Identity",
+    layer="torch.nn.Identity",
     example={"op": "identity"},
     input_shape_example=["B", 16],
     returns="input",
@@ -155,6 +179,7 @@ def identity(p: Params, inputs: Sequence[TensorType]) -> Any:
 
 @op(
     "drop_path",
+    saves="none",
     params=[
         Param("p", "float", min=0, max=1, doc="probability of dropping a sample's path (or the batch's) in training"),
         Param(
@@ -167,7 +192,7 @@ def identity(p: Params, inputs: Sequence[TensorType]) -> Any:
     ],
     inputs=[Port("x", ["N", "*rest"], doc="a residual branch's output; dim 0 is the batch")],
     outputs=[Port("y", ["N", "*rest"], dtype="same:x")],
-    module="hndl.torch.layers.DropPath",
+    layer="hndl.torch.layers.DropPath",
     example={"op": "drop_path", "p": 0.1},
     input_shape_example=["B", 96, 56, 56],
     returns="input",

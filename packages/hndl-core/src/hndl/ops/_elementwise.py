@@ -53,6 +53,10 @@ class Row:
         aliases: other libraries' names for it (:attr:`hndl.OpDef.aliases`).
         check: a refusal torch makes on the operands' values, not their dtypes (an integer to a negative
             integer power), raising :class:`InferError`.
+        saves: what its backward keeps (:attr:`hndl.OpDef.saves`): ``none`` where the gradient needs only the
+            output's shape or a constant (``neg``, a comparison), ``inputs`` or ``output`` as torch's derivative
+            reads them (``sin`` its input, ``exp`` its output).
+        passes_gradient: its backward hands the gradient on as it is (:attr:`hndl.OpDef.passes_gradient`).
     """
 
     name: str
@@ -65,6 +69,8 @@ class Row:
     layer: str = ""
     aliases: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     check: Callable[[Sequence[tuple[str, Operand]]], None] | None = None
+    saves: str = "unknown"
+    passes_gradient: bool = False
 
 
 def _integer_power(operands: Sequence[tuple[str, Operand]]) -> None:
@@ -85,22 +91,52 @@ _MASK_HINT = "for a mask, use logical_not (not), logical_xor (differs) or cast i
 
 #: Functions of one tensor.
 UNARY: tuple[Row, ...] = (
-    Row("neg", "neg", "same", "Negation ``-x``.", bools="refused", bool_hint=_MASK_HINT, aliases={"negative": {}}),
-    Row("abs", "abs", "same", "Absolute value ``|x|``.", bools="refused", aliases={"absolute": {}}),
-    Row("sign", "sign", "same", "Sign of each element: -1, 0 or 1 (false/true for bool)."),
-    Row("floor", "floor", "same", "Largest integer not above each element (integers are kept).", bools="refused"),
-    Row("ceil", "ceil", "same", "Smallest integer not below each element (integers are kept).", bools="refused"),
-    Row("round", "round", "same", "Each element rounded to the nearest integer, halves to even.", bools="refused"),
-    Row("exp", "exp", "int_to_float", "Exponential ``e ** x``."),
-    Row("log", "log", "int_to_float", "Natural logarithm (``-inf`` at 0, NaN below)."),
-    Row("log1p", "log1p", "int_to_float", "``log(1 + x)``, accurate for small ``x``."),
-    Row("sqrt", "sqrt", "int_to_float", "Square root (NaN below 0)."),
-    Row("rsqrt", "rsqrt", "int_to_float", "Reciprocal square root ``1 / sqrt(x)``."),
-    Row("reciprocal", "reciprocal", "int_to_float", "Reciprocal ``1 / x``."),
-    Row("sin", "sin", "int_to_float", "Sine (radians)."),
-    Row("cos", "cos", "int_to_float", "Cosine (radians)."),
-    Row("erf", "erf", "int_to_float", "The error function."),
-    Row("logical_not", "logical_not", "bool", "Logical not: true where ``x`` is zero (false)."),
+    Row(
+        "neg",
+        "neg",
+        "same",
+        "Negation ``-x``.",
+        bools="refused",
+        bool_hint=_MASK_HINT,
+        aliases={"negative": {}},
+        saves="none",
+    ),
+    Row("abs", "abs", "same", "Absolute value ``|x|``.", bools="refused", aliases={"absolute": {}}, saves="inputs"),
+    Row("sign", "sign", "same", "Sign of each element: -1, 0 or 1 (false/true for bool).", saves="none"),
+    Row(
+        "floor",
+        "floor",
+        "same",
+        "Largest integer not above each element (integers are kept).",
+        bools="refused",
+        saves="none",
+    ),
+    Row(
+        "ceil",
+        "ceil",
+        "same",
+        "Smallest integer not below each element (integers are kept).",
+        bools="refused",
+        saves="none",
+    ),
+    Row(
+        "round",
+        "round",
+        "same",
+        "Each element rounded to the nearest integer, halves to even.",
+        bools="refused",
+        saves="none",
+    ),
+    Row("exp", "exp", "int_to_float", "Exponential ``e ** x``.", saves="output"),
+    Row("log", "log", "int_to_float", "Natural logarithm (``-inf`` at 0, NaN below).", saves="inputs"),
+    Row("log1p", "log1p", "int_to_float", "``log(1 + x)``, accurate for small ``x``.", saves="inputs"),
+    Row("sqrt", "sqrt", "int_to_float", "Square root (NaN below 0).", saves="output"),
+    Row("rsqrt", "rsqrt", "int_to_float", "Reciprocal square root ``1 / sqrt(x)``.", saves="output"),
+    Row("reciprocal", "reciprocal", "int_to_float", "Reciprocal ``1 / x``.", saves="output"),
+    Row("sin", "sin", "int_to_float", "Sine (radians).", saves="inputs"),
+    Row("cos", "cos", "int_to_float", "Cosine (radians).", saves="inputs"),
+    Row("erf", "erf", "int_to_float", "The error function.", saves="inputs"),
+    Row("logical_not", "logical_not", "bool", "Logical not: true where ``x`` is zero (false).", saves="none"),
 )
 
 #: Functions of two operands, tensors or (with ``operator``) a tensor and a number.
@@ -112,6 +148,8 @@ BINARY: tuple[Row, ...] = (
         "Elementwise sum ``a + b`` with broadcasting (a residual connection: ``in: [x, block]``).",
         operator="add",
         layer="Add",
+        saves="none",
+        passes_gradient=True,
     ),
     Row(
         "sub",
@@ -122,6 +160,7 @@ BINARY: tuple[Row, ...] = (
         bools="refused",
         bool_hint=_MASK_HINT,
         aliases={"subtract": {}},
+        saves="none",
     ),
     Row(
         "mul",
@@ -132,6 +171,7 @@ BINARY: tuple[Row, ...] = (
         operator="mul",
         layer="Mul",
         aliases={"multiply": {}},
+        saves="inputs",
     ),
     Row(
         "div",
@@ -140,6 +180,7 @@ BINARY: tuple[Row, ...] = (
         "True division ``a / b`` with broadcasting: integers divide to float32, as in torch.",
         operator="truediv",
         aliases={"divide": {}, "true_divide": {}},
+        saves="inputs",
     ),
     Row(
         "pow",
@@ -150,18 +191,49 @@ BINARY: tuple[Row, ...] = (
         bools="result",
         aliases={"power": {}},
         check=_integer_power,
+        saves="inputs",
     ),
-    Row("minimum", "minimum", "promote", "Elementwise minimum of two tensors (for a number bound, use clamp)."),
-    Row("maximum", "maximum", "promote", "Elementwise maximum of two tensors (for a number bound, use clamp)."),
-    Row("eq", "eq", "bool", "``a == b``, elementwise, as bool.", operator="eq"),
-    Row("ne", "ne", "bool", "``a != b``, elementwise, as bool.", operator="ne", aliases={"not_equal": {}}),
-    Row("lt", "lt", "bool", "``a < b``, elementwise, as bool.", operator="lt", aliases={"less": {}}),
-    Row("le", "le", "bool", "``a <= b``, elementwise, as bool.", operator="le", aliases={"less_equal": {}}),
-    Row("gt", "gt", "bool", "``a > b``, elementwise, as bool.", operator="gt", aliases={"greater": {}}),
-    Row("ge", "ge", "bool", "``a >= b``, elementwise, as bool.", operator="ge", aliases={"greater_equal": {}}),
-    Row("logical_and", "logical_and", "bool", "Logical and of two tensors (nonzero is true), as bool."),
-    Row("logical_or", "logical_or", "bool", "Logical or of two tensors (nonzero is true), as bool."),
-    Row("logical_xor", "logical_xor", "bool", "Logical exclusive or of two tensors (nonzero is true), as bool."),
+    Row(
+        "minimum",
+        "minimum",
+        "promote",
+        "Elementwise minimum of two tensors (for a number bound, use clamp).",
+        saves="inputs",
+    ),
+    Row(
+        "maximum",
+        "maximum",
+        "promote",
+        "Elementwise maximum of two tensors (for a number bound, use clamp).",
+        saves="inputs",
+    ),
+    Row("eq", "eq", "bool", "``a == b``, elementwise, as bool.", operator="eq", saves="none"),
+    Row(
+        "ne", "ne", "bool", "``a != b``, elementwise, as bool.", operator="ne", aliases={"not_equal": {}}, saves="none"
+    ),
+    Row("lt", "lt", "bool", "``a < b``, elementwise, as bool.", operator="lt", aliases={"less": {}}, saves="none"),
+    Row(
+        "le", "le", "bool", "``a <= b``, elementwise, as bool.", operator="le", aliases={"less_equal": {}}, saves="none"
+    ),
+    Row("gt", "gt", "bool", "``a > b``, elementwise, as bool.", operator="gt", aliases={"greater": {}}, saves="none"),
+    Row(
+        "ge",
+        "ge",
+        "bool",
+        "``a >= b``, elementwise, as bool.",
+        operator="ge",
+        aliases={"greater_equal": {}},
+        saves="none",
+    ),
+    Row("logical_and", "logical_and", "bool", "Logical and of two tensors (nonzero is true), as bool.", saves="none"),
+    Row("logical_or", "logical_or", "bool", "Logical or of two tensors (nonzero is true), as bool.", saves="none"),
+    Row(
+        "logical_xor",
+        "logical_xor",
+        "bool",
+        "Logical exclusive or of two tensors (nonzero is true), as bool.",
+        saves="none",
+    ),
 )
 
 #: The output port's dtype rule each dtype behaviour shows in the reference.
@@ -264,7 +336,8 @@ def _register_unary(row: Row) -> None:
         inputs=[Port("x", ["*shape"], dtype="any")],
         outputs=[Port("y", ["*shape"], dtype=_OUT_RULE[row.dtype])],
         infer=_elementwise_infer(row, ["x"]),
-        module="hndl.torch.layers.Unary",
+        layer="hndl.torch.layers.Unary",
+        saves=row.saves,
         inference=f"dtype: {DTYPE_RULES[row.dtype].doc}"
         + ("; bool tensors are refused, as torch does" if refused else ""),
         example={"op": row.name},
@@ -294,7 +367,9 @@ def _register_binary(row: Row) -> None:
             return layers.ScalarTensor(f"operator.{row.operator}", a)
         return getattr(layers, row.layer)() if row.layer else layers.Binary(f"torch.{row.torch}")
 
-    module = f"hndl.torch.layers.{row.layer or 'Binary'}" + (" or TensorScalar or ScalarTensor" if scalar else "")
+    layer = (f"hndl.torch.layers.{row.layer or 'Binary'}",) + (
+        ("hndl.torch.layers.TensorScalar", "hndl.torch.layers.ScalarTensor") if scalar else ()
+    )
     inference = (
         "shapes broadcast by torch's rules (aligned from the right; each pair of dims equal, or one of them 1); "
         f"dtype: {DTYPE_RULES[row.dtype].doc}"
@@ -317,7 +392,9 @@ def _register_binary(row: Row) -> None:
         ],
         outputs=[Port("y", None, dtype=_OUT_RULE[row.dtype])],
         infer=_elementwise_infer(row, ["a", "b"]),
-        module=module,
+        layer=layer,
+        saves=row.saves,
+        passes_gradient=row.passes_gradient,
         inference=inference,
         example={"op": row.name},
         input_shape_example=_SHAPE,
@@ -346,6 +423,7 @@ def _where_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "where",
+    saves="none",
     params=[_number_param("a", "a"), _number_param("b", "b")],
     inputs=[
         Port("condition", None, dtype="bool", doc="where true, the result takes a; elsewhere b"),
@@ -354,7 +432,7 @@ def _where_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     ],
     outputs=[Port("y", None, dtype="any")],
     infer=_where_infer,
-    module="hndl.torch.layers.Where",
+    layer="hndl.torch.layers.Where",
     inference=(
         "condition, a and b broadcast by torch's rules; dtype: torch's type promotion of "
         "a and b (a number joins only as a higher kind; two numbers give int64 or float32)"
@@ -394,6 +472,7 @@ def _clamp_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "clamp",
+    saves="inputs",
     params=[
         Param("min", "float", default=None, nullable=True, doc="the lower bound (null: none)"),
         Param("max", "float", default=None, nullable=True, doc="the upper bound (null: none)"),
@@ -401,7 +480,7 @@ def _clamp_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inputs=[Port("x", ["*shape"], dtype="any")],
     outputs=[Port("y", ["*shape"], dtype="any")],
     infer=_clamp_infer,
-    module="hndl.torch.layers.Unary",
+    layer="hndl.torch.layers.Unary",
     inference="at least one bound; dtype: torch's type promotion of x and the bounds (int64 with 0.5 is float32)",
     example={"op": "clamp", "min": 0.0, "max": 6.0},
     input_shape_example=_SHAPE,
@@ -438,11 +517,12 @@ def _cast_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "cast",
+    saves="none",
     params=[Param("dtype", "dtype", doc="the dtype to convert to (a concrete dtype: float32, int64, bool, ...)")],
     inputs=[Port("x", ["*shape"], dtype="any")],
     outputs=[Port("y", ["*shape"], dtype="any")],
     infer=_cast_infer,
-    module="hndl.torch.layers.Cast",
+    layer="hndl.torch.layers.Cast",
     inference="the output's dtype is the dtype parameter",
     example={"op": "cast", "dtype": "float32"},
     input_shape_example=["B", "T"],
@@ -481,7 +561,8 @@ def _register_triangle(name: str, keeps: str) -> None:
         ],
         inputs=[Port("x", ["*batch", "rows", "cols"], dtype="any", doc="matrices in its last two dims")],
         outputs=[Port("y", ["*batch", "rows", "cols"], dtype="same:x")],
-        module="hndl.torch.layers.Unary",
+        layer="hndl.torch.layers.Unary",
+        saves="none",
         example={"op": name, "diagonal": 1 if name == "triu" else 0},
         input_shape_example=["T", "T"],
         returns="new",
@@ -548,6 +629,7 @@ def _roll_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "roll",
+    saves="none",
     params=[
         Param("shifts", _IntOrInts(), doc="how far to shift, per dim (negative: towards the start)"),
         Param("dims", _IntOrInts(), default=None, nullable=True, doc="the dims to shift (null: the flattened input)"),
@@ -555,7 +637,7 @@ def _roll_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inputs=[Port("x", ["*shape"], dtype="any")],
     outputs=[Port("y", ["*shape"], dtype="same:x")],
     infer=_roll_infer,
-    module="hndl.torch.layers.Unary",
+    layer="hndl.torch.layers.Unary",
     inference="one shift per dim; each dim within the input's rank",
     example={"op": "roll", "shifts": [-3, -3], "dims": [1, 2]},
     input_shape_example=["B", 56, 56, 96],

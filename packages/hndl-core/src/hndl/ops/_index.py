@@ -54,6 +54,8 @@ def _select_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "select",
+    saves="none",
+    passes_gradient=True,
     params=[
         Param("dim", "int", default=1, doc="the dim to index (1: x[:, i])"),
         Param("index", "int", default=0, doc="the position to take (negative counts from the end)"),
@@ -61,7 +63,7 @@ def _select_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inputs=[Port("x", None, dtype="any")],
     outputs=[Port("y", None, dtype="same:x")],
     infer=_select_infer,
-    module="hndl.torch.layers.Select",
+    layer="hndl.torch.layers.Select",
     inference="the input's shape without dim; an int dim must be larger than the index",
     example={"op": "select", "dim": 1, "index": 0},
     input_shape_example=["B", "T", 768],
@@ -105,6 +107,8 @@ def _slice_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "slice",
+    saves="none",
+    passes_gradient=True,
     params=[
         Param("dim", "int", default=1, doc="the dim to slice"),
         Param("start", "int", default=0, doc="the first position (negative counts from the end)"),
@@ -114,7 +118,7 @@ def _slice_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inputs=[Port("x", None, dtype="any")],
     outputs=[Port("y", None, dtype="same:x")],
     infer=_slice_infer,
-    module="hndl.torch.layers.Slice",
+    layer="hndl.torch.layers.Slice",
     inference=(
         "dim becomes the length of Python's slice start:end:step over it (T-1 for start 1 on T); on a symbolic "
         "dim the length is unknown unless that formula holds for every size"
@@ -143,6 +147,8 @@ def _chunk_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "chunk",
+    saves="none",
+    passes_gradient=True,
     params=[
         Param("chunks", "int", min=1, max=MAX_PARTS, doc="the number of equal parts (must divide the dim)"),
         Param("dim", "int", default=-1, doc="the dim to cut"),
@@ -151,7 +157,7 @@ def _chunk_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     outputs=[Port("parts", None, dtype="same:x", doc="one output per chunk: node.0, node.1, ...")],
     infer=_chunk_infer,
     count_outputs=_chunk_count,
-    module="hndl.torch.layers.Split",
+    layer="hndl.torch.layers.Split",
     inference="chunks outputs, each the input's shape with dim divided by chunks (D//2 on a symbolic dim)",
     example={"op": "chunk", "chunks": 2, "dim": -1},
     input_shape_example=["B", "T", 1024],
@@ -250,6 +256,7 @@ def _pad_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "pad",
+    saves="none",
     params=[
         Param("pad", "ints", doc="(left, right) pairs, last dim first, as torch.nn.functional.pad"),
         Param("mode", "str", default="constant", choices=_PAD_MODES, doc="how the new elements are filled"),
@@ -258,7 +265,7 @@ def _pad_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inputs=[Port("x", None, dtype="any")],
     outputs=[Port("y", None, dtype="same:x")],
     infer=_pad_infer,
-    module="hndl.torch.layers.Pad",
+    layer="hndl.torch.layers.Pad",
     inference=(
         "the i-th last dim grows by pad[2i] + pad[2i+1] (negative entries crop in mode constant); modes other "
         "than constant need 1 or 2 leading dims and, for reflect, padding smaller than the dim"

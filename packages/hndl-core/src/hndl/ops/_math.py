@@ -8,6 +8,7 @@ from typing import Any
 
 from .._contracts import TensorType, format_shape
 from .._dims import format_dim
+from .._op_facts import matmul_macs
 from .._registry import InferError, Params, Port, op
 from ._common import Shape, broadcast_shapes, open_at, promote, provably_different
 
@@ -72,10 +73,12 @@ def _matmul_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "matmul",
+    saves="inputs",
+    macs=matmul_macs,
     inputs=[Port("a", None, dtype="any", doc="left operand"), Port("b", None, dtype="same:a", doc="right operand")],
     outputs=[Port("y", None, dtype="same:a")],
     infer=_matmul_infer,
-    module="hndl.torch.layers.MatMul",
+    layer="hndl.torch.layers.MatMul",
     inference=(
         "torch.matmul rules: [..., n, k] @ [..., k, m] -> [..., n, m] with the batch dims broadcast; a 1-d "
         "operand is a vector (its dim is dropped from the result); both operands share one dtype"

@@ -1,4 +1,4 @@
-"""Normalisation layers: batchnorm1d, batchnorm2d, layernorm, layernorm2d, rmsnorm, groupnorm."""
+"""Normalisation layers: batchnorm1d, batchnorm2d, layernorm, layernorm2d, rmsnorm, groupnorm, grn, grn2d."""
 
 from __future__ import annotations
 
@@ -78,11 +78,12 @@ def _bn_build(cls_name: str, p: Params) -> Any:
 
 @op(
     "batchnorm1d",
+    saves="inputs",
     params=_bn_params(),
     inputs=[Port("x", ["N", "num_features", "*rest"], doc="[N, C] or [N, C, L]")],
     outputs=[Port("y", ["N", "num_features", "*rest"], dtype="same:x")],
     infer=_bn1d_infer,
-    module="torch.nn.BatchNorm1d",
+    layer="torch.nn.BatchNorm1d",
     inference="the input has rank 2 ([N, C]) or 3 ([N, C, L]); eps must be > 0",
     example={"op": "batchnorm1d"},
     input_shape_example=["B", 64],
@@ -98,11 +99,12 @@ def batchnorm1d(p: Params, inputs: Sequence[TensorType]) -> Any:
 
 @op(
     "batchnorm2d",
+    saves="inputs",
     params=_bn_params(),
     inputs=[Port("x", ["N", "num_features", "H", "W"], doc="batch, channels, height, width")],
     outputs=[Port("y", ["N", "num_features", "H", "W"], dtype="same:x")],
     infer=_bn2d_infer,
-    module="torch.nn.BatchNorm2d",
+    layer="torch.nn.BatchNorm2d",
     inference="eps must be > 0",
     example={"op": "batchnorm2d"},
     input_shape_example=["B", 64, 32, 32],
@@ -164,6 +166,7 @@ _TRAILING_INFERENCE = "the input must end with normalized_shape"
 
 @op(
     "layernorm",
+    saves="inputs",
     params=[
         _NORMALIZED_SHAPE,
         _EPS,
@@ -173,7 +176,7 @@ _TRAILING_INFERENCE = "the input must end with normalized_shape"
     inputs=[Port("x", ["*batch", "normalized_shape"], doc="normalised over its trailing dims")],
     outputs=[Port("y", ["*batch", "normalized_shape"], dtype="same:x")],
     infer=_trailing_infer,
-    module="torch.nn.LayerNorm",
+    layer="torch.nn.LayerNorm",
     inference=_TRAILING_INFERENCE,
     example={"op": "layernorm"},
     input_shape_example=["B", "T", 768],
@@ -192,6 +195,7 @@ def layernorm(p: Params, inputs: Sequence[TensorType]) -> Any:
 
 @op(
     "layernorm2d",
+    saves="inputs",
     params=[
         Param("num_channels", "int", min=1, inferred=True, doc="number of channels (inferred from dim 1)"),
         _EPS,
@@ -200,7 +204,7 @@ def layernorm(p: Params, inputs: Sequence[TensorType]) -> Any:
     ],
     inputs=[Port("x", ["N", "num_channels", "H", "W"], doc="batch, channels, height, width")],
     outputs=[Port("y", ["N", "num_channels", "H", "W"], dtype="same:x")],
-    module="hndl.torch.layers.LayerNorm2d",
+    layer="hndl.torch.layers.LayerNorm2d",
     example={"op": "layernorm2d", "eps": 1e-6},
     input_shape_example=["B", 96, 56, 56],
     returns="new",
@@ -219,8 +223,22 @@ def layernorm2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     return LayerNorm2d(p.num_channels, eps=p.eps, elementwise_affine=p.elementwise_affine, bias=p.bias)
 
 
+def _rmsnorm_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    if p.weight_offset != 0 and not p.elementwise_affine:
+        raise InferError(
+            f"weight_offset {p.weight_offset} offsets a learned scale, but elementwise_affine is false",
+            code="E_PARAM",
+            param="weight_offset",
+            expected="elementwise_affine: true, or weight_offset: 0",
+            actual=p.weight_offset,
+            hint="Gemma's (1 + weight) is weight_offset: 1.0 with the default elementwise_affine: true",
+        )
+    return _trailing_infer(p, inputs)
+
+
 @op(
     "rmsnorm",
+    saves="inputs",
     params=[
         _NORMALIZED_SHAPE,
         Param(
@@ -232,23 +250,40 @@ def layernorm2d(p: Params, inputs: Sequence[TensorType]) -> Any:
             doc="added to the mean square for stability (null: the dtype's machine epsilon)",
         ),
         Param("elementwise_affine", "bool", default=True, doc="learn a per-element scale"),
+        Param(
+            "weight_offset",
+            "float",
+            default=0.0,
+            doc="added to the learned scale: 1.0 for Gemma's (1 + weight), computed as GemmaRMSNorm computes it",
+        ),
     ],
     inputs=[Port("x", ["*batch", "normalized_shape"], doc="normalised over its trailing dims")],
     outputs=[Port("y", ["*batch", "normalized_shape"], dtype="same:x")],
-    infer=_trailing_infer,
-    module="torch.nn.RMSNorm",
-    inference=_TRAILING_INFERENCE,
+    infer=_rmsnorm_infer,
+    layer=("torch.nn.RMSNorm", "hndl.torch.layers.OffsetRMSNorm"),
+    inference=_TRAILING_INFERENCE + "; a weight_offset needs elementwise_affine",
     example={"op": "rmsnorm", "eps": 1e-6},
     input_shape_example=["B", "T", 4096],
     returns="new",
+    aliases={"GemmaRMSNorm": {"weight_offset": 1.0}},
+    error_example={"params": {"elementwise_affine": False, "weight_offset": 1.0}, "inputs": [["B", "T", 64]]},
 )
 def rmsnorm(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Root-mean-square normalisation over the trailing dims, then a learned scale.
 
-    ``normalized_shape`` defaults to the input's last dim.
+    ``normalized_shape`` defaults to the input's last dim. With ``weight_offset`` 0 (the default) it is
+    ``torch.nn.RMSNorm``. With a ``weight_offset`` the scale is ``weight_offset + weight``, computed as
+    transformers' ``GemmaRMSNorm`` computes it (``weight_offset: 1.0``), so results equal Gemma's bit for bit:
+    in float32 (float64 stays float64), scaled before the cast back to the input's dtype. The ``weight`` is then
+    stored as Gemma's checkpoints store it, without the offset, and starts at ``1 - weight_offset`` (a scale of
+    1).
     """
     import torch
 
+    if p.weight_offset != 0:
+        from ..torch.layers import OffsetRMSNorm
+
+        return OffsetRMSNorm(p.normalized_shape, p.eps, p.weight_offset)
     return torch.nn.RMSNorm(list(p.normalized_shape), eps=p.eps, elementwise_affine=p.elementwise_affine)
 
 
@@ -266,6 +301,7 @@ def _groupnorm_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
 
 @op(
     "groupnorm",
+    saves="inputs",
     params=[
         Param("num_groups", "int", min=1, doc="number of channel groups; must divide the channels"),
         Param("num_channels", "int", min=1, inferred=True, doc="number of channels (inferred from dim 1)"),
@@ -275,7 +311,7 @@ def _groupnorm_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     inputs=[Port("x", ["N", "num_channels", "*rest"], doc="batch, channels, any further dims")],
     outputs=[Port("y", ["N", "num_channels", "*rest"], dtype="same:x")],
     infer=_groupnorm_infer,
-    module="torch.nn.GroupNorm",
+    layer="torch.nn.GroupNorm",
     inference="num_groups must divide the channels (dim 1)",
     example={"op": "groupnorm", "num_groups": 32},
     input_shape_example=["B", 256, 16, 16],
@@ -291,3 +327,82 @@ def groupnorm(p: Params, inputs: Sequence[TensorType]) -> Any:
     import torch
 
     return torch.nn.GroupNorm(p.num_groups, p.num_channels, eps=p.eps, affine=p.affine)
+
+
+def _grn_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    if p.eps <= 0:
+        # The channels' mean norm of an all-zero map is 0: without eps the layer divides by it.
+        raise InferError(
+            f"eps must be > 0 for global response normalisation, got {p.eps}",
+            code="E_PARAM",
+            param="eps",
+            expected="> 0",
+            actual=p.eps,
+            hint="it is added to the mean of the channels' norms before dividing; timm's default is 1e-6",
+        )
+    return [inputs[0]]
+
+
+def _grn_params() -> list[Param]:
+    return [
+        Param("num_channels", "int", min=1, inferred=True, doc="number of channels (inferred from the input)"),
+        Param("eps", "float", default=1e-6, doc="added to the mean of the channels' norms before dividing"),
+    ]
+
+
+@op(
+    "grn",
+    saves="inputs",
+    params=_grn_params(),
+    inputs=[Port("x", ["N", "H", "W", "num_channels"], doc="batch, height, width, channels (channels last)")],
+    outputs=[Port("y", ["N", "H", "W", "num_channels"], dtype="same:x")],
+    infer=_grn_infer,
+    layer="hndl.torch.layers.GlobalResponseNorm",
+    inference="eps must be > 0",
+    example={"op": "grn"},
+    input_shape_example=["B", 56, 56, 384],
+    returns="new",
+    aliases={"GlobalResponseNorm": {}, "ConvNextV2GRN": {}},
+    error_example={"inputs": [["B", 384, 56]]},
+)
+def grn(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Global response normalisation of a channels-last ``[N, H, W, C]`` map: ConvNeXt-V2's GRN.
+
+    Each channel's L2 norm over the spatial dims, divided by the mean of those norms over the channels (plus
+    ``eps``), gives ``n``; the output is ``x + bias + weight * (x * n)``. Computed as timm's
+    ``GlobalResponseNorm`` computes it, so results equal timm's bit for bit. Its ``state_dict`` holds timm's
+    ``weight`` and ``bias`` (``[C]``, starting at 0: the layer starts as the identity); transformers'
+    ``ConvNextV2GRN`` holds them as ``[1, 1, 1, C]``, which load with the ``flatten`` layout.
+    """
+    from ..torch.layers import GlobalResponseNorm
+
+    return GlobalResponseNorm(p.num_channels, eps=p.eps, channels_last=True)
+
+
+@op(
+    "grn2d",
+    saves="inputs",
+    params=_grn_params(),
+    inputs=[Port("x", ["N", "num_channels", "H", "W"], doc="batch, channels, height, width")],
+    outputs=[Port("y", ["N", "num_channels", "H", "W"], dtype="same:x")],
+    infer=_grn_infer,
+    layer="hndl.torch.layers.GlobalResponseNorm",
+    inference="eps must be > 0",
+    example={"op": "grn2d"},
+    input_shape_example=["B", 384, 56, 56],
+    returns="new",
+    error_example={"params": {"eps": 0.0}, "inputs": [["B", 384, 56, 56]]},
+)
+def grn2d(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """Global response normalisation of ``[N, C, H, W]``: ``grn`` for channels-first maps (timm's ConvNeXt-V2
+    with ``conv_mlp``, atto to nano).
+
+    Each channel's L2 norm over the spatial dims, divided by the mean of those norms over the channels (plus
+    ``eps``), gives ``n``; the output is ``x + bias + weight * (x * n)``. Computed as timm's
+    ``GlobalResponseNorm`` computes it, so results equal timm's bit for bit. Its ``state_dict`` holds timm's
+    ``weight`` and ``bias`` (``[C]``, starting at 0: the layer starts as the identity); transformers'
+    ``ConvNextV2GRN`` holds them as ``[1, 1, 1, C]``, which load with the ``flatten`` layout.
+    """
+    from ..torch.layers import GlobalResponseNorm
+
+    return GlobalResponseNorm(p.num_channels, eps=p.eps, channels_last=False)

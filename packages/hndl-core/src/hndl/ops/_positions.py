@@ -179,6 +179,7 @@ def _rotary_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "rotary",
+    saves="none",
     returns="new",
     params=[
         *ROPE_FIELDS,
@@ -196,7 +197,7 @@ def _rotary_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     ],
     outputs=[Port("y", ["*batch", "T", "head_dim"], dtype="same:x")],
     infer=_rotary_infer,
-    module="hndl.torch.layers.Rotary",
+    layer="hndl.torch.layers.Rotary",
     inference="dims must be even and at most head_dim; positions are [], [T] or [B, T] of an integer dtype",
     example={"op": "rotary", "theta": 10000.0},
     input_shape_example=["B", 8, "T", 64],
@@ -256,6 +257,7 @@ def _dim(shape: tuple[Any, ...] | None, index: int) -> Any:
 
 @op(
     "relative_position_bias",
+    saves="none",
     returns="new",
     params=[
         Param("num_heads", "int", min=1, doc="attention heads: one bias per head"),
@@ -269,7 +271,7 @@ def _dim(shape: tuple[Any, ...] | None, index: int) -> Any:
     ],
     outputs=[Port("y", [1, "num_heads", "T", "S"], dtype="float")],
     infer=_relative_infer,
-    module="hndl.torch.layers.RelativePositionBias",
+    layer="hndl.torch.layers.RelativePositionBias",
     inference="S is T without kv; num_buckets and max_distance must leave exact and logarithmic buckets",
     example={"op": "relative_position_bias", "num_heads": 8},
     input_shape_example=["B", "T", 512],

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._contracts import TensorType
+from .._op_facts import recurrent_macs
 from .._registry import InferError, Param, Params, Port, op
 from ._common import shape_of_rank
 
@@ -71,12 +72,14 @@ _INFERENCE = (
 
 @op(
     "lstm",
+    saves="both",
+    macs=recurrent_macs(4),
     params=_params(),
     inputs=[Port("x", ["B", "T", "input_size"], doc="batch, time, features (batch first)")],
     outputs=[Port("y", None, dtype="same:x")],
     infer=_infer,
     count_outputs=_count,
-    module="hndl.torch.layers.LSTM",
+    layer="hndl.torch.layers.LSTM",
     inference=_INFERENCE,
     example={"op": "lstm", "hidden_size": 128, "num_layers": 2, "bidirectional": True, "output": "last"},
     input_shape_example=["B", "T", 64],
@@ -103,12 +106,14 @@ def lstm(p: Params, inputs: Sequence[TensorType]) -> Any:
 
 @op(
     "gru",
+    saves="both",
+    macs=recurrent_macs(3),
     params=_params(),
     inputs=[Port("x", ["B", "T", "input_size"], doc="batch, time, features (batch first)")],
     outputs=[Port("y", None, dtype="same:x")],
     infer=_infer,
     count_outputs=_count,
-    module="hndl.torch.layers.GRU",
+    layer="hndl.torch.layers.GRU",
     inference=_INFERENCE,
     example={"op": "gru", "hidden_size": 128, "output": "both"},
     input_shape_example=["B", "T", 64],

@@ -13,6 +13,7 @@ from typing import Any
 
 from .._contracts import TensorType, format_shape, unknown_dim
 from .._dims import Dim, dim_add, dim_mul, format_dim
+from .._op_facts import conv_transpose_macs
 from .._registry import InferError, Param, Params, Port, op
 from ._common import open_at, pair, shape_of_rank
 from ._conv import _check_groups
@@ -92,6 +93,8 @@ def _infer_1d(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "conv_transpose1d",
+    saves="inputs",
+    macs=conv_transpose_macs,
     params=_params("int"),
     inputs=[Port("x", ["N", "in_channels", "L"], doc="batch, channels, length")],
     outputs=[
@@ -102,7 +105,7 @@ def _infer_1d(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
         )
     ],
     infer=_infer_1d,
-    module="torch.nn.ConvTranspose1d",
+    layer="torch.nn.ConvTranspose1d",
     inference="groups must divide both channel counts; output_padding must be smaller than stride or dilation",
     example={"op": "conv_transpose1d", "out_channels": 32, "kernel_size": 2, "stride": 2},
     input_shape_example=["B", 64, "L"],
@@ -141,6 +144,8 @@ def _infer_2d(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "conv_transpose2d",
+    saves="inputs",
+    macs=conv_transpose_macs,
     params=_params("int_or_pair"),
     inputs=[Port("x", ["N", "in_channels", "H", "W"], doc="batch, channels, height, width")],
     outputs=[
@@ -157,7 +162,7 @@ def _infer_2d(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     ],
     infer=_infer_2d,
     derive=_derive_2d,
-    module="torch.nn.ConvTranspose2d",
+    layer="torch.nn.ConvTranspose2d",
     inference=(
         "kernel_h and kernel_w are kernel_size's entries, and so on for stride, padding, output_padding and "
         "dilation; groups must divide both channel counts; output_padding must be smaller than stride or dilation"
@@ -255,6 +260,7 @@ def _upsample_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]
 
 @op(
     "upsample",
+    saves="none",
     params=[
         Param("scale_factor", "float", default=None, nullable=True, min=0, doc="multiplier of each spatial dim"),
         Param("size", "ints", default=None, nullable=True, min=1, doc="the output's spatial dims (one int: all)"),
@@ -270,7 +276,7 @@ def _upsample_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]
     inputs=[Port("x", None, doc="[N, C, L] or [N, C, H, W] (nearest also [N, C, D, H, W])")],
     outputs=[Port("y", None, dtype="same:x")],
     infer=_upsample_infer,
-    module="torch.nn.Upsample",
+    layer="torch.nn.Upsample",
     inference=(
         "N and C stay; each spatial dim becomes size, or floor(dim*scale_factor) (2*H for an integer factor; "
         "unknown for a fractional factor on a symbolic dim)"

@@ -74,11 +74,13 @@ def _concat_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "concat",
+    saves="none",
+    passes_gradient=True,
     params=[Param("dim", "int", default=-1, doc="the dim to join along (negative counts from the end)")],
     inputs=[Port("inputs", None, dtype="any", doc="two or more tensors of one rank", variadic=True)],
     outputs=[Port("y", None, dtype="any")],
     infer=_concat_infer,
-    module="hndl.torch.layers.Concat",
+    layer="hndl.torch.layers.Concat",
     inference="all inputs share their rank and every dim but dim; the output's dim is the sum (D+E)",
     example={"op": "concat", "dim": -1},
     input_shape_example=["B", 32],
@@ -168,6 +170,8 @@ def _split_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "split",
+    saves="none",
+    passes_gradient=True,
     params=[
         Param(
             "sections",
@@ -187,7 +191,7 @@ def _split_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     outputs=[Port("parts", None, dtype="same:x", doc="one output per part: node.0, node.1, ...")],
     infer=_split_infer,
     count_outputs=_split_count,
-    module="hndl.torch.layers.Split",
+    layer="hndl.torch.layers.Split",
     inference="one output per part, each the input's shape with dim replaced by the part's size",
     example={"op": "split", "sections": 3, "dim": -1},
     input_shape_example=["B", "T", 192],
@@ -272,6 +276,8 @@ def _reshape_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "reshape",
+    saves="none",
+    passes_gradient=True,
     params=[
         Param("shape", "shape", doc="the new sizes of dims start_dim..; -1 once for the size that follows"),
         Param("start_dim", "int", default=0, doc="the first dim to reshape; earlier (batch) dims stay"),
@@ -279,7 +285,7 @@ def _reshape_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inputs=[Port("x", None, dtype="any")],
     outputs=[Port("y", None, dtype="same:x")],
     infer=_reshape_infer,
-    module="hndl.torch.layers.Reshape",
+    layer="hndl.torch.layers.Reshape",
     inference=(
         "dims before start_dim stay, the rest become shape; -1 is the element count divided by the other "
         "sizes (symbolic when it divides exactly, e.g. 4*T // 4 = T); a known element count must match"
@@ -340,6 +346,8 @@ def _flatten_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "flatten",
+    saves="none",
+    passes_gradient=True,
     params=[
         Param("start_dim", "int", default=1, doc="first dim to merge"),
         Param("end_dim", "int", default=-1, doc="last dim to merge"),
@@ -347,7 +355,7 @@ def _flatten_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inputs=[Port("x", None, dtype="any")],
     outputs=[Port("y", None, dtype="same:x")],
     infer=_flatten_infer,
-    module="torch.nn.Flatten",
+    layer="torch.nn.Flatten",
     inference="dims start_dim..end_dim merge into their product ([N, C, H, W] -> [N, C*H*W])",
     example={"op": "flatten"},
     input_shape_example=["B", 64, 7, 7],
@@ -391,11 +399,13 @@ def _permute_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "permute",
+    saves="none",
+    passes_gradient=True,
     params=[Param("dims", "ints", doc="the input dim for each output dim (a permutation)")],
     inputs=[Port("x", None, dtype="any")],
     outputs=[Port("y", None, dtype="same:x")],
     infer=_permute_infer,
-    module="hndl.torch.layers.Permute",
+    layer="hndl.torch.layers.Permute",
     inference="output dim i is input dim dims[i]",
     example={"op": "permute", "dims": [0, 2, 3, 1]},
     input_shape_example=["B", 3, 32, 32],
@@ -428,11 +438,13 @@ def _transpose_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
 
 @op(
     "transpose",
+    saves="none",
+    passes_gradient=True,
     params=[Param("dim0", "int", doc="one dim to swap"), Param("dim1", "int", doc="the other dim to swap")],
     inputs=[Port("x", None, dtype="any")],
     outputs=[Port("y", None, dtype="same:x")],
     infer=_transpose_infer,
-    module="hndl.torch.layers.Transpose",
+    layer="hndl.torch.layers.Transpose",
     inference="dims dim0 and dim1 swap places",
     example={"op": "transpose", "dim0": 1, "dim1": 2},
     input_shape_example=["B", 64, 49],
@@ -478,6 +490,7 @@ def _mean_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "mean",
+    saves="none",
     params=[
         Param("dim", "ints", doc="the dims to average over"),
         Param("keepdim", "bool", default=False, doc="keep the averaged dims, with size 1"),
@@ -485,7 +498,7 @@ def _mean_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     inputs=[Port("x", None)],
     outputs=[Port("y", None, dtype="same:x")],
     infer=_mean_infer,
-    module="hndl.torch.layers.Mean",
+    layer="hndl.torch.layers.Mean",
     inference="the dims in dim are removed (or become 1 with keepdim)",
     example={"op": "mean", "dim": [1]},
     input_shape_example=["B", "T", 64],

@@ -42,6 +42,7 @@ def _parameter_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
 
 @op(
     "parameter",
+    saves="none",
     params=[
         Param("shape", "ints", min=1, doc="the tensor's shape, e.g. [1, 1, 768] for a class token"),
         Param(
@@ -57,7 +58,7 @@ def _parameter_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     inputs=[],
     outputs=[Port("y", None, dtype="float")],
     infer=_parameter_infer,
-    module="hndl.torch.layers.LearnedTensor",
+    layer="hndl.torch.layers.LearnedTensor",
     inference="the output's shape is the shape parameter",
     example={"op": "parameter", "shape": [1, 1, 768], "init": "zeros"},
     returns="state",
@@ -94,11 +95,12 @@ def _positions_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
 
 @op(
     "positions",
+    saves="none",
     params=[Param("dim", "int", default=1, doc="the dim whose positions are counted (1: the T of [B, T, D])")],
     inputs=[Port("x", None, dtype="any", doc="any tensor; only the size of dim is read")],
     outputs=[Port("y", ["n"], dtype="int64")],
     infer=_positions_infer,
-    module="hndl.torch.layers.Positions",
+    layer="hndl.torch.layers.Positions",
     inference="n is the size of the input's dim dim",
     example={"op": "positions", "dim": 1},
     input_shape_example=["B", "T"],
@@ -125,11 +127,12 @@ def _scale_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "scale",
+    saves="none",
     params=[Param("factor", "float", doc="the constant to multiply by (an integer keeps an integer input's dtype)")],
     inputs=[Port("x", ["*shape"], dtype="any")],
     outputs=[Port("y", ["*shape"], dtype="any")],
     infer=_scale_infer,
-    module="hndl.torch.layers.Scale",
+    layer="hndl.torch.layers.Scale",
     inference="dtype: as torch's x * factor: an integer factor keeps the input's dtype, a float one makes "
     "integers float32",
     example={"op": "scale", "factor": 0.125},
@@ -264,6 +267,7 @@ def _expand_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 @op(
     "expand",
+    saves="none",
     params=[
         Param(
             "shape",
@@ -277,7 +281,7 @@ def _expand_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     ],
     outputs=[Port("y", None, dtype="same:x")],
     infer=_expand_infer,
-    module="hndl.torch.layers.Expand",
+    layer="hndl.torch.layers.Expand",
     inference=(
         "the output has shape's sizes: an int as written, -1 the input's dim, a symbol the dim of x (or else "
         "of like) that the checker inferred to be that symbol; each dim of x must be 1 or equal its target"
@@ -297,3 +301,34 @@ def expand(p: Params, inputs: Sequence[TensorType]) -> Any:
 
     like = inputs[1].shape if len(inputs) > 1 else None
     return Expand(resolve_sizes(p.shape, inputs[0].shape or (), like))
+
+
+# --- type_as --------------------------------------------------------------------------------------------
+
+
+@op(
+    "type_as",
+    saves="none",
+    inputs=[
+        Port("x", ["*shape"], dtype="any", doc="the tensor to convert"),
+        Port("like", None, dtype="any", doc="the tensor whose dtype the result takes (its shape is not read)"),
+    ],
+    outputs=[Port("y", ["*shape"], dtype="same:like")],
+    layer="hndl.torch.layers.TypeAs",
+    inference="the output has x's shape and like's dtype",
+    example={"op": "type_as"},
+    input_shape_example=["B", "T"],
+    returns="input",
+)
+def type_as(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """``x`` converted to the dtype of ``like`` (``x.type_as(like)``), read on every call: a constant that takes
+    the dtype of the activations it meets, float32 in one call, bfloat16 under autocast, float64 after
+    ``.double()``.
+
+    As ``Tensor.type_as``, it returns its input itself when the dtypes already agree. The importer writes a
+    constant the module made in an activation's dtype (``torch.arange(n, dtype=h.dtype)``,
+    ``torch.tensor(2.0, dtype=x.dtype)``, ``cos.to(x.dtype)``) as its ``buffer`` node through a ``type_as``.
+    """
+    from ..torch.layers import TypeAs
+
+    return TypeAs()

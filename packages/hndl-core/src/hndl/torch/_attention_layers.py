@@ -23,7 +23,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ._per_step import shared
+from .._errors import HndlError, Problem
+from ._per_step import PerStep, shared
 
 __all__ = [
     "Attention",
@@ -80,16 +81,15 @@ def _combine(
     window: int | None,
     like: Tensor,
     offset: Tensor | int | None = None,
+    store: PerStep | None = None,
 ) -> Tensor | None:
     """One ``attn_mask`` for SDPA from a mask (bool: true attends; float: added), an additive score bias and the
     causal or sliding-window pattern (queries from slot ``offset`` on), on ``like``'s device (the queries');
     ``None`` when there is nothing to apply."""
     pattern = None
     if causal:
-        # The same for every layer of a decoding step: made once (_per_step).
-        pattern = shared(
-            "pattern", (t, s, window, like.device, offset), lambda: allowed_pattern(t, s, window, like.device, offset)
-        )
+        key = (t, s, window, like.device, offset)  # the same for every layer of a decoding step: made once
+        pattern = shared(store, "pattern", key, lambda: allowed_pattern(t, s, window, like.device, offset))
     if mask is not None:
         mask = as_rank4(mask)
     if bias is None:
@@ -134,6 +134,7 @@ def attend(
     scale: float | None = None,
     dropout: float = 0.0,
     offset: Tensor | int | None = None,
+    store: PerStep | None = None,
 ) -> Tensor:
     """Scaled dot-product attention of ``q`` ``[B, H, T, D]`` over ``k`` ``[B, Hkv, S, D]`` and ``v``
     ``[B, Hkv, S, Dv]`` (``Hkv`` divides ``H``), giving ``[B, H, T, Dv]``.
@@ -148,6 +149,7 @@ def attend(
         dropout: on the attention weights (the caller passes 0 in eval mode).
         offset: with ``causal``, the keys' slot of the first query (0-d; a static cache): query ``i`` sees keys
             ``0 .. offset+i``.
+        store: where a mask and pattern the same for every layer of a step are kept (the layer's ``per_step``).
     """
     t, s = q.shape[2], k.shape[2]
     groups = q.shape[1] // k.shape[1]
@@ -156,9 +158,11 @@ def attend(
     else:
         if bias is None:  # a mask and a pattern the same for every layer of a step (_per_step): combined once
             key = (mask, t, s, causal, window, q.device, q.dtype, offset)
-            attn_mask = shared("attn_mask", key, lambda: _combine(mask, None, t, s, causal, window, q, offset))
+            attn_mask = shared(
+                store, "attn_mask", key, lambda: _combine(mask, None, t, s, causal, window, q, offset, store)
+            )
         else:
-            attn_mask = _combine(mask, bias, t, s, causal, window, q, offset)
+            attn_mask = _combine(mask, bias, t, s, causal, window, q, offset, store)
         is_causal = False
     if groups > 1:
         if _GQA_NATIVE and (attn_mask is None or q.device.type == "cpu"):
@@ -186,6 +190,7 @@ class SDPA(nn.Module):
         self.window = window
         self.scale = scale
         self.dropout = dropout
+        self.per_step = PerStep()  # its store of values made once per step (hndl/torch/_per_step.py)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
         return attend(
@@ -197,6 +202,7 @@ class SDPA(nn.Module):
             window=self.window,
             scale=self.scale,
             dropout=self.dropout if self.training else 0.0,
+            store=self.per_step,
         )
 
     def extra_repr(self) -> str:
@@ -401,6 +407,47 @@ class AttentionMask(nn.Module):
 PROJECTIONS = ("q", "k", "v", "o")
 
 
+def _extent(t: Tensor) -> int:
+    """Bytes from ``t``'s first element to just past its last (its elements lie within them)."""
+    return (1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()) if n > 0)) * t.element_size()
+
+
+def caches_overlap(cache_k: Tensor, cache_v: Tensor) -> bool:
+    """Whether one layer's key and value caches share memory (``cache_k is cache_v``, or views of one buffer
+    whose byte ranges meet), which would make each write of the values overwrite keys: checked on every call (a
+    couple of pointer comparisons, well under a microsecond a layer). Disjoint parts of one buffer (``buf[0]``
+    and ``buf[1]``) do not overlap; layouts that interleave keys and values within one range are refused with the
+    aliased ones, their ranges meeting. Not checked while tracing (``torch.compile``, no data pointers) nor on
+    the meta device."""
+    if torch.compiler.is_compiling() or cache_k.is_meta:
+        return False
+    try:
+        k, v = cache_k.data_ptr(), cache_v.data_ptr()
+    except RuntimeError:  # a tensor without storage (a functorch wrapper): nothing to compare
+        return False
+    if cache_k.is_contiguous() and cache_v.is_contiguous():  # what hndl.generate and most callers pass
+        return k < v + cache_v.nbytes and v < k + cache_k.nbytes
+    if not cache_k.numel() or not cache_v.numel():
+        return False
+    # A negative stride puts elements below the first one's pointer: not a range from it; refused as unsure.
+    if min(cache_k.stride(), default=0) < 0 or min(cache_v.stride(), default=0) < 0:
+        return True
+    return k < v + _extent(cache_v) and v < k + _extent(cache_k)
+
+
+def _aliased_caches() -> HndlError:
+    return HndlError(
+        Problem(
+            "E_INPUT",
+            "cache_k and cache_v share memory: writing the new values would overwrite the keys",
+            expected="two tensors that do not overlap (separate tensors, or disjoint parts of one buffer: buf[0], "
+            "buf[1])",
+            actual="overlapping caches",
+            hint="cache_v = torch.zeros_like(cache_k), not cache_k itself",
+        )
+    )
+
+
 class Attention(nn.Module):
     """Multi-head attention on ``[B, T, D]`` with ``kv_heads`` key/value heads (grouped-query attention when
     fewer than ``num_heads``), heads of ``head_dim``, optional rotary embeddings, and a scale, causal or
@@ -479,6 +526,7 @@ class Attention(nn.Module):
         else:
             self.o_proj = out
         self.rotary = None if rope is None else Rotary(head_dim, **rope)
+        self.per_step = PerStep()
 
     def project(self, x: Tensor, source: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Queries ``[B, num_heads, T, head_dim]`` from ``x``, keys and values ``[B, kv_heads, S, head_dim]`` from
@@ -517,7 +565,7 @@ class Attention(nn.Module):
 
         # The same for every layer of a step, whose position ids or offset are one graph input: made once.
         key = (positions, start, t, q.dtype, q.device, rotary.interleaved, rotary.inv_freq)
-        cos, sin = shared("rotary", key, table)
+        cos, sin = shared(self.per_step, "rotary", key, table)
         q = rotary.rotate(q, cos, sin)
         if positions is None and start is None and k.shape[2] != q.shape[2]:
             cos, sin = self.rotary.tables(self.rotary.positions_for(k, None), k.dtype)
@@ -557,16 +605,19 @@ class Attention(nn.Module):
                 scale=self.scale,
                 dropout=self.dropout if self.training else 0.0,
                 offset=offset,
+                store=self.per_step,
             )
             y = y.transpose(1, 2).reshape(x.shape[0], t, -1)
             return (self.proj if self.fused else self.o_proj)(y), k, v, new_k, new_v
         if self.cache:
             cache_k, cache_v, offset = inputs[len(inputs) - tail : len(inputs) - tail + 3]
+            if caches_overlap(cache_k, cache_v):
+                raise _aliased_caches()
             q, k = self.rotate(q, k, offset if positions is None else positions)
             # The cache is the caller's: the new keys and values are written into it in place, where the caller
             # (hndl.generate) reads them on the next step. The runtime never writes into an input itself.
             t = x.shape[1]
-            slots = shared("slots", (t, offset), lambda: torch.arange(t, device=offset.device) + offset)
+            slots = shared(self.per_step, "slots", (t, offset), lambda: torch.arange(t, device=offset.device) + offset)
             cache_k.index_copy_(2, slots, k.to(cache_k.dtype))
             cache_v.index_copy_(2, slots, v.to(cache_v.dtype))
             k, v = cache_k, cache_v
@@ -583,6 +634,7 @@ class Attention(nn.Module):
             scale=self.scale,
             dropout=self.dropout if self.training else 0.0,
             offset=offset,
+            store=self.per_step,
         )
         # -1, not num_heads * head_dim: under tensor parallelism a rank holds num_heads / world of the heads.
         y = y.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -25,10 +25,8 @@ from .. import _memory
 from .._errors import HndlError, Problem
 from .._plan import Plan
 from .._training_memory import step_weight_bytes
-from ..naming import suggestion
-
-if TYPE_CHECKING:
-    from ._module import GraphModule
+from ..naming import excerpt, suggestion
+from ._built import BuiltModel
 
 __all__ = ["Recompute", "float_bytes", "flagged", "names_of", "planned", "resolve", "runners"]
 
@@ -122,26 +120,43 @@ def resolve(plan: Plan, nodes: Sequence[str] | str) -> frozenset[int]:
     """The uses named: a ``graph`` node's name stands for all its uses (``"h"``), a use's for one (``"h.3"``).
 
     Raises:
-        HndlError: E_PARAM for a name that is neither, with the closest name.
+        HndlError: E_PARAM for a name that is neither, with the closest name, and for ``nodes`` that is neither a
+            name nor a list, tuple or set of names (``checkpointing(5)``: a budget is ``budget=``).
     """
     if isinstance(nodes, str):
         nodes = [nodes]
+    if not isinstance(nodes, (list, tuple, set, frozenset)):
+        raise HndlError(
+            Problem(
+                "E_PARAM",
+                f"checkpointing takes the names of subgraph uses, and nodes is {excerpt(nodes)}",
+                expected="a name, or a list of names ('h', ['h.0', 'h.1']), or None",
+                actual=excerpt(nodes),
+                hint="a byte budget is a keyword: model.checkpointing(budget=2 * 1024**3, B=8, T=512)"
+                if isinstance(nodes, (int, float)) and not isinstance(nodes, bool)
+                else None,
+            )
+        )
     chosen: set[int] = set()
     for name in nodes:
-        found = {i for i, g in enumerate(plan.groups) if name in (g.qualname, g.node.qualname)}
+        found = (
+            {i for i, g in enumerate(plan.groups) if name in (g.qualname, g.node.qualname)}
+            if isinstance(name, str)
+            else set()
+        )
         if not isinstance(name, str) or not found:
             names = sorted({g.node.qualname for g in plan.groups} | {g.qualname for g in plan.groups})
             leaf = isinstance(name, str) and any(s.node.qualname == name for s in plan.steps)
             raise HndlError(
                 Problem(
                     "E_PARAM",
-                    f"graph '{plan.checked.graph.name}' has no subgraph use {name!r} to checkpoint"
+                    f"graph '{plan.checked.graph.name}' has no subgraph use {excerpt(name)} to checkpoint"
                     + (": it is a single layer; only a graph node (a subgraph use or repeat) can be" if leaf else ""),
                     node=name if isinstance(name, str) else None,
                     expected="a graph node or one of its uses: "
                     + (", ".join(names[:8]) or "none in this graph")
                     + (", ..." if len(names) > 8 else ""),
-                    actual=repr(name),
+                    actual=excerpt(name),
                     hint=suggestion(name, names) if isinstance(name, str) else None,
                 )
             )
@@ -180,7 +195,7 @@ def bind_dims(plan: Plan, dims: Mapping[str, Any]) -> dict[str, int]:
     return dict(dims)
 
 
-def planned(model: GraphModule, budget: Any, dims: Mapping[str, Any]) -> frozenset[int]:
+def planned(model: BuiltModel, budget: Any, dims: Mapping[str, Any]) -> frozenset[int]:
     """The uses to recompute so the estimated activation peak of a training step fits ``budget`` bytes.
 
     Raises:

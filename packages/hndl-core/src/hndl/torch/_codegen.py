@@ -5,7 +5,8 @@ tracebacks and debuggers show it (``GraphModule.code`` returns it), and a line-n
 inside it be reported by node. Two functions are generated per graph, from its :class:`~hndl._plan.Plan`:
 
 ``execute(self, args, kwargs)``
-    The checked call. It builds the call's signature, then tests the stores record's comparison (``_guards``'
+    The checked call. It binds the inputs (``bind``, :func:`._binding.bind_inputs`, unless it got one positional
+    value per input), builds the call's signature, then tests the stores record's comparison (``_guards``'
     ``StoresRecord.fast``, inlined; anything it raises counts as a change) and the signature lookup (``sig in
     sigs``). When the comparison fails it asks ``settle(self)``, the precise comparison, which may still keep
     the call on the fast path (a tensor swapped in by ``torch.func.functional_call``). When all hold it runs
@@ -16,8 +17,9 @@ inside it be reported by node. Two functions are generated per graph, from its :
     their forward written out while their class's ``forward`` is the one it was written from, and with no
     gradient recorded an add may write into a private input. Each value's local is deleted right after the
     last step that reads it. Anything else goes to ``validate``. The modules, the record's objects and the
-    signature dict are the function's globals, bound when the record is taken; the record catches any
-    replacement of a module, so binding them is safe.
+    signature dict are the function's globals, bound by :func:`bind_execute` when the record is taken (every
+    name the source reads is written here and bound here); the record catches any replacement of a module, so
+    binding them is safe. A layer that raises is reported by node from its line (:func:`raise_failure`).
 
 ``unchecked(self, *inputs)``
     The call used under ``torch.compile``: each step calls ``self.nodes[...]`` through ``__call__``, the
@@ -34,15 +36,31 @@ import hashlib
 import linecache
 import threading
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+import torch
+from torch import nn
+from torch.nn import functional as _functional
+
+from .._errors import HndlError, Problem
 from .._plan import Plan
 from ._guards import signature_source
-from ._inline import Inline, InPlace
+from ._inline import Inline, InPlace, sole_owner, sole_owner_with_grad
+from ._validate import CONTROL_FLOW, layer_failure
 
-__all__ = ["CALL", "FORWARD", "Compiled", "compile_graph", "make_function", "module_expr"]
+__all__ = [
+    "CALL",
+    "FORWARD",
+    "Compiled",
+    "bind_execute",
+    "compile_graph",
+    "make_function",
+    "module_expr",
+    "raise_failure",
+]
 
 _CACHE_SIZE = 64
 _cache: dict[str, Compiled] = {}
@@ -157,7 +175,7 @@ def compile_graph(
     lines = [
         "def execute(self, args, kwargs):",
         f"    if kwargs or len(args) != {k}:",
-        "        args = bind(self, args, kwargs)",
+        "        args = bind(args, kwargs)",
     ]
     if k:
         lines.append(f"    {args}{',' if k == 1 else ''} = args")
@@ -237,3 +255,70 @@ def make_function(code: types.CodeType, namespace: dict[str, Any]) -> types.Func
     """A function running ``code`` with ``namespace`` as its globals (one namespace per record)."""
     namespace.setdefault("__builtins__", __builtins__)
     return types.FunctionType(code, namespace, code.co_name)
+
+
+# --- binding: the names the generated source reads ---------------------------------------------------------
+
+
+class _Missing:
+    """Stands in for a node's module that was removed: validation reports it first, so this never runs."""
+
+    def __call__(self, *args: Any) -> Any:
+        raise HndlError(Problem("E_RUNTIME", "a node's module is missing"))
+
+    forward = __call__
+
+
+_MISSING = _Missing()
+
+
+def bind_execute(
+    compiled: Compiled,
+    plan: Plan,
+    record: Mapping[str, Any],
+    leaves: Sequence[nn.Module | None],
+    calls: Sequence[Any],
+    forms: Sequence[str | Inline],
+    in_place: Mapping[int, InPlace],
+    handlers: Mapping[str, Callable[..., Any]],
+) -> types.FunctionType:
+    """``execute`` with its globals bound: the stores record's objects (``record``), per step ``m{i}`` (what the
+    step calls: ``calls[i]``, the layer or the checkpointing step around it) and, for a written-out layer, its
+    ``_parameters`` ``p{i}``, ``__dict__`` ``d{i}``, class ``k{i}`` and judged ``forward`` ``f{i}``; per in-place
+    step its input's producer ``q{i}`` and that one's judged ``forward`` ``g{i}``; the model's handlers
+    (``sigs``, ``bind``, ``validate``, ``admit``, ``settle``), and ``fail``, which reports a failing line by node.
+    ``plan`` is the plan the source was generated from (``leaves`` and ``calls`` are per step of it)."""
+    namespace = dict(record)
+    namespace.update(handlers)
+    namespace["fail"] = partial(raise_failure, compiled, plan)
+    for i, (module, form) in enumerate(zip(leaves, forms)):
+        # A missing module can only be met after validation, which reports it; never called before.
+        namespace[f"m{i}"] = _MISSING if module is None else calls[i]
+        if module is not None and isinstance(form, Inline):
+            # Bound with the record: it compares these dicts by identity on every call (see ._inline).
+            namespace.update({f"p{i}": module._parameters, f"d{i}": module.__dict__, f"k{i}": type(module)})
+            namespace[f"f{i}"] = form.original
+    for i, step in in_place.items():
+        namespace[f"q{i}"], namespace[f"g{i}"] = step.producer, step.producer_forward
+    namespace["F"] = _functional
+    namespace["grad_enabled"] = torch.is_grad_enabled
+    namespace["alone"] = sole_owner
+    namespace["alone_grad"] = sole_owner_with_grad
+    return make_function(compiled.execute, namespace)
+
+
+def raise_failure(compiled: Compiled, plan: Plan, model: nn.Module, exc: BaseException) -> None:
+    """A layer raised on the fast path: find its step from the traceback line and raise E_RUNTIME from it. An
+    ``HndlError`` (from inside a called block, which names its own layer) and torch's control flow
+    (``_validate.CONTROL_FLOW``: checkpoint's early stop) go on as they are."""
+    if isinstance(exc, CONTROL_FLOW):
+        return
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != compiled.filename:
+        tb = tb.tb_next
+    index = compiled.lines.get(tb.tb_lineno) if tb is not None else None
+    if tb is None or index is None:
+        raise HndlError(Problem("E_RUNTIME", f"the call failed: {type(exc).__name__}: {exc}")) from exc
+    frame_locals = tb.tb_frame.f_locals
+    ins = [frame_locals.get(name) for name in compiled.step_locals[index]]
+    raise layer_failure(plan.steps[index].node, ins, exc) from exc

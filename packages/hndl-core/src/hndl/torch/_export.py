@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -23,9 +23,7 @@ from .._contracts import DTYPES, Contract
 from .._dims import Poly, evaluate, free_symbols
 from .._errors import HndlError, Problem
 from ..naming import suggestion
-
-if TYPE_CHECKING:
-    from ._module import GraphModule
+from ._built import BuiltModel
 
 __all__ = ["EXPORT_STATIC", "dynamic_shapes", "example_inputs", "not_scriptable", "symbol_ranges"]
 
@@ -34,12 +32,12 @@ __all__ = ["EXPORT_STATIC", "dynamic_shapes", "example_inputs", "not_scriptable"
 _FIRST_DEFAULT = 2
 
 
-def _inputs(model: GraphModule) -> Iterator[tuple[str, Contract]]:
+def _inputs(model: BuiltModel) -> Iterator[tuple[str, Contract]]:
     checked = model.plan.checked
     yield from zip(checked.input_names, checked.contracts)
 
 
-def _symbols(model: GraphModule) -> tuple[list[str], list[str]]:
+def _symbols(model: BuiltModel) -> tuple[list[str], list[str]]:
     """The contracts' symbols and ``*name`` entries, each once, in the order the inputs first use them."""
     scalars: list[str] = []
     variadics: list[str] = []
@@ -75,7 +73,7 @@ def _all_nodes(checked: Any) -> Iterator[Any]:
             yield from _all_nodes(body)
 
 
-def _constraints(model: GraphModule, scalars: Sequence[str]) -> tuple[list[tuple[Any, int]], set[str]]:
+def _constraints(model: BuiltModel, scalars: Sequence[str]) -> tuple[list[tuple[Any, int]], set[str]]:
     """What the graph requires of its symbols for torch.export: every requirement a node's shape arithmetic
     imposes (``H >= 7``), and every symbolic dim of every input and value at least 2 (export specializes a dim
     of size 0 or 1, and a symbolic dim that may be 1 makes it guard on broadcasting); plus the symbols an op
@@ -124,7 +122,7 @@ def _smallest(dim: Any, minimum: int, symbol: str, values: dict[str, int]) -> in
     return high
 
 
-def symbol_ranges(model: GraphModule) -> dict[str, int]:
+def symbol_ranges(model: BuiltModel) -> dict[str, int]:
     """The smallest size of each symbol of the input contracts for which the whole graph is valid under
     torch.export (:func:`_constraints`), found by raising each symbol until every constraint holds; symbols an
     op forces static are left out."""
@@ -147,7 +145,7 @@ def symbol_ranges(model: GraphModule) -> dict[str, int]:
     return {s: v for s, v in minima.items() if s not in static}
 
 
-def _resolve_dims(model: GraphModule, dims: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
+def _resolve_dims(model: BuiltModel, dims: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
     """Every symbol's size and every ``*name``'s sizes: the given ones checked, the rest defaulted."""
     scalars, variadics = _symbols(model)
     known = [*scalars, *variadics]
@@ -206,7 +204,7 @@ def _dtype(contract: Contract) -> torch.dtype:
     return torch.int64 if rule == "int" else torch.get_default_dtype()
 
 
-def _device(model: GraphModule, contract: Contract) -> torch.device:
+def _device(model: BuiltModel, contract: Contract) -> torch.device:
     if contract.device is not None:
         return torch.device(contract.device)
     for tensor in (*model.parameters(), *model.buffers()):
@@ -214,7 +212,7 @@ def _device(model: GraphModule, contract: Contract) -> torch.device:
     return torch.device("cpu")
 
 
-def example_inputs(model: GraphModule, **dims: Any) -> tuple[torch.Tensor, ...]:
+def example_inputs(model: BuiltModel, **dims: Any) -> tuple[torch.Tensor, ...]:
     """Tensors that satisfy every input contract of ``model``, in input order.
 
     Args:
@@ -252,7 +250,7 @@ def example_inputs(model: GraphModule, **dims: Any) -> tuple[torch.Tensor, ...]:
     return tuple(inputs)
 
 
-def dynamic_shapes(model: GraphModule, **dims: Any) -> tuple[tuple[dict[int, Any], ...]]:
+def dynamic_shapes(model: BuiltModel, **dims: Any) -> tuple[tuple[dict[int, Any], ...]]:
     """``dynamic_shapes`` for ``torch.export.export(model, args, ...)``: one ``Dim`` per symbol, shared.
 
     Each symbol of the input contracts becomes ``torch.export.Dim(symbol)`` at every position where it is
@@ -341,7 +339,7 @@ def _linear(input_name: str, position: int, dim: Poly) -> tuple[str, int, int]:
     return root, scale, offset
 
 
-def not_scriptable(model: GraphModule) -> HndlError:
+def not_scriptable(model: BuiltModel) -> HndlError:
     """The error ``torch.jit.script`` gets: the checked call is Python that TorchScript cannot compile."""
     return HndlError(
         Problem(

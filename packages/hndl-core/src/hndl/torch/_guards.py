@@ -33,7 +33,7 @@ comparison:
     only. The tensor guard is stricter than the facts it stands for (a tensor swapped in without
     ``requires_grad``, ``torch.func.functional_call`` with plain tensors, a frozen parameter, a call under
     ``inference_mode`` or autocast): when ``fast`` fails, the generated call asks the model to *settle*
-    (``GraphModule._settle``), which evaluates ``precise``; if that holds the call stays on the fast path, and
+    (``_runtime.settle``), which evaluates ``precise``; if that holds the call stays on the fast path, and
     when the tensors are the recorded objects the record is retaken so the next call is fast again.
 
 The record holds the live dicts themselves (the tree owns them anyway), the modules, and no tensor: a tensor
@@ -246,7 +246,7 @@ class StoresRecord:
         return " and ".join(self.terms) or "True"
 
     def matches(self) -> bool:
-        """Whether the live tree still looks as recorded, by the precise comparison (what ``_settle`` asks)."""
+        """Whether the live tree still looks as recorded, by the precise comparison (what ``_runtime.settle`` asks)."""
         try:
             return bool(eval(_compiled(self.precise), self.namespace))
         except Exception:  # a store dict or attribute that is gone: a change

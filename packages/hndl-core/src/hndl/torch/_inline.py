@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -163,25 +162,19 @@ def inline_for(module: Any) -> Inline | None:
 # user may set, and those returning their input, pass their input's privacy on instead (:func:`passing_layers`).
 _FRESH: dict[type, Any] = {}
 
-_CLASS_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
-
-def layer_classes(module: str) -> list[type]:
-    """The classes an op's ``module`` text names (:attr:`hndl.OpDef.module`): one dotted path, or several joined
-    by `` or `` (``hndl.torch.layers.Add or TensorScalar``: a later one without a module path lives in the first
-    one's). Only ``torch`` and ``hndl`` paths are resolved; prose, or a path that does not resolve, names none."""
-    parts = module.split(" or ")
-    if not parts or not all(_CLASS_PATH.match(part) for part in parts) or "." not in parts[0]:
-        return []
-    home = parts[0].rsplit(".", 1)[0]
+def layer_classes(paths: str | Sequence[str]) -> list[type]:
+    """The classes an op's :attr:`hndl.OpDef.layer` names (one dotted path, or a tuple of them). Only ``torch``
+    and ``hndl`` paths are resolved (nothing else is imported here); a path that does not resolve to a class
+    names none."""
     found: list[type] = []
-    for part in parts:
-        path, _, name = (part if "." in part else f"{home}.{part}").rpartition(".")
+    for part in (paths,) if isinstance(paths, str) else paths:
+        path, _, name = part.rpartition(".")
         if path.split(".")[0] not in ("torch", "hndl"):
             return []
         try:
             cls = getattr(importlib.import_module(path), name)
-        except (ImportError, AttributeError):
+        except (ImportError, AttributeError, ValueError):
             return []
         if not isinstance(cls, type):
             return []
@@ -192,7 +185,7 @@ def layer_classes(module: str) -> list[type]:
 def _returns_by_class(opdefs: Sequence[OpDef]) -> dict[type, set[str]]:
     facts: dict[type, set[str]] = {}
     for opdef in opdefs:
-        for cls in layer_classes(opdef.module):
+        for cls in layer_classes(opdef.layer_paths):
             facts.setdefault(cls, set()).add(opdef.returns)
     return facts
 

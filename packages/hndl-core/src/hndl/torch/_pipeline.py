@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -38,9 +38,7 @@ from .._errors import HndlError, Problem
 from .._plan import Plan, Step
 from ..naming import suggestion
 from ._blocks import Program, program_for, run_program
-
-if TYPE_CHECKING:
-    from ._module import GraphModule
+from ._built import BuiltModel
 
 __all__ = ["Stage", "pipeline_stages"]
 
@@ -57,7 +55,7 @@ class Stage(nn.Module):
 
     def __init__(
         self,
-        model: GraphModule,
+        model: BuiltModel,
         index: int,
         steps: Sequence[Step],
         inputs: Sequence[str],
@@ -153,7 +151,7 @@ def _cut_points(plan: Plan) -> dict[str, int]:
     return points
 
 
-def _balanced(model: GraphModule, points: dict[str, int], num_stages: int, dims: dict[str, int]) -> list[int]:
+def _balanced(model: BuiltModel, points: dict[str, int], num_stages: int, dims: dict[str, int]) -> list[int]:
     """``num_stages - 1`` cut points splitting the multiply-adds at ``dims`` as evenly as the cut points allow."""
     plan = model.plan
     costs: list[int] = []
@@ -186,7 +184,7 @@ def _balanced(model: GraphModule, points: dict[str, int], num_stages: int, dims:
 
 
 def pipeline_stages(
-    model: GraphModule,
+    model: BuiltModel,
     split_at: Sequence[str] | None = None,
     *,
     num_stages: int | None = None,

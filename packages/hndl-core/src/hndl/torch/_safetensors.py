@@ -216,7 +216,16 @@ def _check_against_build(model: GraphModule, entries: dict[str, _Entry], tied: d
     ties = ProblemList()
     hint = _TIE_HINT
     for alias, target in tied.items():
-        if alias not in expected:
+        if alias in entries and alias != target:
+            # save stores a tied tensor once; a file holding it twice would have one copy kept and one ignored.
+            ties.add(
+                "E_SPEC",
+                f"the file holds {excerpt(alias)} as a tensor and 'hndl.tied' ties it to {excerpt(target)}: "
+                "one of the two stored values would be dropped",
+                location=where,
+                hint="a tied tensor is stored once, under its first name (as hndl.save writes it)",
+            )
+        elif alias not in expected:
             ties.add("E_SPEC", f"'hndl.tied' names {excerpt(alias)}, which the spec does not build", location=where)
         elif target not in entries:
             ties.add(

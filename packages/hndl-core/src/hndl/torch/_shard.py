@@ -16,17 +16,14 @@ block took (embeddings, the tied head, the final norm).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from torch import nn
 
-if TYPE_CHECKING:
-    from ._module import GraphModule
+from ._built import BuiltModel
 
 __all__ = ["shard_units"]
 
 
-def shard_units(model: GraphModule) -> list[nn.Module]:
+def shard_units(model: BuiltModel) -> list[nn.Module]:
     """The modules to pass to ``fully_shard``, in order, the root (``model``) last. See the module docstring."""
     plan = model.plan
     owners: dict[int, set[int]] = {}  # id(parameter) -> ids of the modules whose own stores hold it

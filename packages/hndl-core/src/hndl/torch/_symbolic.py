@@ -58,8 +58,9 @@ def _bare_symbol(d: Any) -> str | None:
 
 
 def _input_check_source(checked: CheckedGraph) -> str | None:
-    """``def inputs_ok(args)`` testing each input's rank, int dims and symbol agreement; ``None`` when a contract
-    has a variadic entry or an expression dim (then :func:`~._validate.check_inputs` decides)."""
+    """``def inputs_ok(args)`` testing each input's rank, int dims, symbol agreement and the contracts' ranges;
+    ``None`` when a contract has a variadic entry or an expression dim (then :func:`~._validate.check_inputs`
+    decides)."""
     lines = ["def inputs_ok(args):"]
     bound: dict[str, str] = {}
     for i, contract in enumerate(checked.contracts):
@@ -87,6 +88,20 @@ def _input_check_source(checked: CheckedGraph) -> str | None:
         lines.append(f"    if {' or '.join(tests)}:")
         lines.append("        return False")
         lines.extend(binds)
+    # The ranges of input contracts (an imported trace's, a position table's rows): each symbol is bound by now.
+    limits = []
+    for contract in checked.contracts:
+        for r in contract.ranges:
+            symbol = bound.get(r.symbol)
+            if symbol is None:
+                return None
+            if r.minimum is not None:
+                limits.append(f"{symbol} < {r.minimum}")
+            if r.maximum is not None:
+                limits.append(f"{symbol} > {r.maximum}")
+    if limits:
+        lines.append(f"    if {' or '.join(limits)}:")
+        lines.append("        return False")
     lines.append("    return True")
     return "\n".join(lines)
 
@@ -97,8 +112,10 @@ class SymbolicCheck:
     def __init__(self, plan: Plan, check_inputs: Callable[[CheckedGraph, Sequence[Any]], Any]) -> None:
         self.proven: dict[tuple[Any, ...], None] = {}
         self._lock = threading.Lock()
-        # Bounds a node puts on the symbols (H >= 7) are checked by check_inputs, not the generated test.
-        source = None if any(step.node.requires for step in plan.steps) else _input_check_source(plan.checked)
+        # Bounds a node puts on the symbols (H >= 7) are checked by check_inputs, not the generated test; the ranges
+        # of input contracts are in the generated test.
+        bounded = any(step.node.requires for step in plan.steps)
+        source = None if bounded else _input_check_source(plan.checked)
         if source is not None:
             code = compile(source, f"<hndl input check: {plan.checked.graph.name}>", "exec")
             function = next(c for c in code.co_consts if isinstance(c, types.CodeType))

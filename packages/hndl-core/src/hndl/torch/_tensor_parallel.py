@@ -13,12 +13,9 @@ GPT-2's fused ``qkv`` cannot be cut by columns (each rank would get part of q an
 whole. :func:`tensor_parallel_plan` returns ``{module name: ColwiseParallel() | RowwiseParallel()}`` for
 ``torch.distributed.tensor.parallel.parallelize_module``, with torch's default local outputs.
 
-**Local shards in the checks.** With local outputs a column-parallel linear returns ``[B, out / world]`` on each
-rank, a plain tensor, where the graph says ``[B, out]``. The validation (once per signature) checks the logical
-shape: a step whose layer holds a ``DTensor`` weight sharded by rows (a column-parallel linear) and returns a
-plain tensor makes a value whose last dim is local, one ``world``-th of it; a step whose output has its inputs'
-shape keeps that; the check multiplies the last dim back before comparing (:func:`local_factor`). Nothing of
-this runs on the fast path.
+**Local shards in the checks.** With local outputs a column-parallel linear returns one ``world``-th of its
+output features on each rank; the validation reads that through :mod:`._local_shards` (which the validator
+imports instead of this planner). Nothing of this runs on the fast path.
 
 Torch has no sharding rule for ``scaled_dot_product_attention`` on DTensors on the CPU: with
 ``use_local_output=False`` an attention layer gets DTensors and fails there; the default local outputs avoid it
@@ -27,45 +24,27 @@ Torch has no sharding rule for ``scaled_dot_product_attention`` on DTensors on t
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import nn
 
 from .._errors import HndlError, Problem
 from .._plan import Step
-from ._fsdp import fsdp_module_class
+from ._built import BuiltModel
+from ._local_shards import keeps_shape
 
-if TYPE_CHECKING:
-    from ._module import GraphModule
-
-__all__ = ["SDPA_ON_DTENSOR_HINT", "keeps_shape", "local_factor", "tensor_parallel_plan"]
-
-#: The hint for a layer that failed on DTensors in scaled_dot_product_attention (no CPU sharding rule in torch).
-SDPA_ON_DTENSOR_HINT = (
-    "torch has no sharding rule for scaled_dot_product_attention on DTensors on the CPU: keep the plan's local "
-    "outputs (ColwiseParallel()/RowwiseParallel() as hndl.torch.tensor_parallel_plan gives them)"
-)
+__all__ = ["tensor_parallel_plan"]
 
 
-def keeps_shape(step: Step) -> bool:
-    """Whether the step is element-wise in shape: one output, with the static shape of each tensor input."""
-    node = step.node
-    if len(node.out_types) != 1 or not node.in_types:
-        return False
-    out = node.out_types[0].shape
-    return out is not None and all(t.shape == out for t in node.in_types)
-
-
-def _module_name(model: GraphModule, step: Step, attr: str | None = None) -> str:
+def _module_name(model: BuiltModel, step: Step, attr: str | None = None) -> str:
     parts = ["nodes", *step.node.path]
     if attr:
         parts.append(attr)
     return ".".join(parts)
 
 
-def tensor_parallel_plan(model: GraphModule, world_size: int | None = None) -> dict[str, Any]:
+def tensor_parallel_plan(model: BuiltModel, world_size: int | None = None) -> dict[str, Any]:
     """The tensor-parallel plan of ``model`` for ``parallelize_module``: see the module docstring.
 
     Args:
@@ -138,32 +117,3 @@ def tensor_parallel_plan(model: GraphModule, world_size: int | None = None) -> d
     if problems:
         raise HndlError(problems, title=f"tensor-parallel plan of graph '{model.graph.name}'")
     return found
-
-
-def _dtensor_class() -> type | None:
-    for name in ("torch.distributed.tensor", "torch.distributed._tensor"):
-        found = getattr(sys.modules.get(name), "DTensor", None)
-        if isinstance(found, type):
-            return found
-    return None
-
-
-def local_factor(module: Any, output: Any) -> int:
-    """How many ranks share a column-parallel layer's output dim: the size of the mesh its weight is sharded
-    over by rows, when ``output`` is the plain local tensor (1 otherwise)."""
-    dtensor = _dtensor_class()
-    if dtensor is None or isinstance(output, dtensor):
-        return 1
-    weight: Any = getattr(module, "_parameters", {}).get("weight")
-    if not isinstance(weight, dtensor) or not isinstance(module, (nn.Linear, nn.Embedding)):
-        return 1
-    fsdp = fsdp_module_class()
-    if fsdp is not None and isinstance(module, fsdp):
-        return 1  # FSDP2 shards a weight by rows too, but gathers it for the call: the output is whole
-    dim = 0 if isinstance(module, nn.Linear) else 1  # the weight dim that holds the output features
-    sharded: Any = weight
-    factor = 1
-    for mesh_dim, placement in enumerate(sharded.placements):
-        if getattr(placement, "dim", None) == dim and placement.is_shard():
-            factor *= sharded.device_mesh.size(mesh_dim)
-    return factor

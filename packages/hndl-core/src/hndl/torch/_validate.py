@@ -19,12 +19,13 @@ from .._contracts import ShapePattern, TensorType, Variadic, dtype_satisfies, fo
 from .._dims import DimError, evaluate, format_dim, free_symbols
 from .._errors import HndlError, Problem, describe_node
 from .._hints import call_hint, dtype_fix, node_hint, shape_fix
+from .._infer import bind_ports
 from .._plan import Step
 from ..naming import dtype_name
 from ._fsdp import cast_dtypes
+from ._local_shards import SDPA_ON_DTENSOR_HINT, keeps_shape, local_factor
 from ._select import OutputIndexError
 from ._state import BuildState
-from ._tensor_parallel import SDPA_ON_DTENSOR_HINT, keeps_shape, local_factor
 
 __all__ = [
     "check_declared_outputs",
@@ -93,6 +94,19 @@ def check_inputs(
             raise fail(reason, expected=str(contract.shape), actual=format_shape(tuple(value.shape)), hint=hint)
         for symbol in env:
             bound_by.setdefault(symbol, name)
+        broken = contract.range_reason(env)
+        if broken is not None:
+            limit, size = broken
+            axes = [k for k, d in enumerate(contract.shape.dims) if d is not None and str(d) == limit.symbol]
+            dim = f"dim {axes[0]} ({limit.symbol}={size})" if axes else f"{limit.symbol}={size}"
+            raise fail(
+                f"{dim} is outside the range its contract gives: {limit}",
+                expected=str(limit),
+                actual=f"{limit.symbol} = {size}",
+                hint=limit.hint
+                or f"pass a size with {limit}; the graph was made for those sizes only (an imported module's "
+                "trace assumed them), so another size could compute something else",
+            )
         actual_dtype = dtype_name(value.dtype)
         if dtype_satisfies(actual_dtype, contract.dtype) is not True:
             conversion = dtype_fix(actual_dtype, contract.dtype)
@@ -321,13 +335,16 @@ def _port_names(node: CheckedNode, count: int, outputs: bool) -> list[str]:
     if outputs:
         names = node.opdef.output_names(node.params)
         return names if len(names) == count else [str(i) for i in range(count)]
-    ports = node.opdef.inputs
+    # The ports the node's parameters open, as the checker paired them (attention's mask after x, not kv).
+    bound = bind_ports(node.opdef, node.in_types[:count], node.params)
+    ports = [port for port, _ in bound] if bound is not None and len(bound) == count else list(node.opdef.inputs)
     out: list[str] = []
     for i in range(count):
         if i < len(ports) and not ports[i].variadic:
             out.append(ports[i].name)
         elif ports:
-            out.append(f"{ports[-1].name}[{i - len(ports) + 1}]")
+            first = next(k for k, p in enumerate(ports) if p.variadic or k == len(ports) - 1)
+            out.append(f"{ports[-1].name}[{i - first}]")
         else:
             out.append(str(i))
     return out
@@ -456,7 +473,7 @@ def run_checked(
 
 def _local_factor(step: Step, module: Any, outs: Sequence[Any], local: Mapping[str, int]) -> int:
     """How many tensor-parallel ranks share the last dim of this step's output (1 without tensor parallelism):
-    a column-parallel layer's local output, or an element-wise step over such values (``_tensor_parallel``)."""
+    a column-parallel layer's local output, or an element-wise step over such values (``_local_shards``)."""
     if len(outs) != 1:
         return 1
     made = local_factor(module, outs[0])

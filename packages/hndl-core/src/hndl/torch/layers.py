@@ -16,9 +16,12 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ._attention_layers import SDPA, Attention, AttentionMask, RelativePositionBias, Rotary, as_rank4
+from ._extra_layers import GELUTanhFormula, GlobalResponseNorm, OffsetRMSNorm, PoolAtToken, QuickGELU  # noqa: F401
+from ._tensor_layers import Arange, Einsum, FullLike, Gather, Index, NewFull, Unbind  # noqa: F401
 
 __all__ = [
     "Add",
+    "AlwaysDropout",
     "Attention",
     "AttentionMask",
     "Binary",
@@ -51,6 +54,7 @@ __all__ = [
     "Split",
     "TensorScalar",
     "Transpose",
+    "TypeAs",
     "Unary",
     "Where",
 ]
@@ -188,6 +192,20 @@ class Cast(nn.Module):
 
     def extra_repr(self) -> str:
         return f"dtype={self.dtype}"
+
+
+class TypeAs(nn.Module):
+    """``x.type_as(like)``: ``x`` in ``like``'s dtype, read on every call; ``x`` itself when they agree."""
+
+    def forward(self, x: Tensor, like: Tensor) -> Tensor:
+        return x.type_as(like)
+
+
+class AlwaysDropout(nn.Dropout):
+    """Dropout in eval mode too (Monte Carlo dropout): ``F.dropout(x, p, training=True)`` whatever the mode."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nn.functional.dropout(x, self.p, True, self.inplace)
 
 
 class DropPath(nn.Module):

@@ -4,8 +4,9 @@
 ``.pt`` file, a sharded checkpoint's ``*.index.json`` or a folder holding one, and ``rules`` that say how the
 checkpoint's keys become the model's. A :class:`Rule` pairs key templates whose ``{fields}`` carry over;
 its targets each have a :class:`Layout`: :class:`Same`, :class:`Transpose` (GPT-2's ``Conv1D``), :class:`Rows`
-(one part of a fused tensor), :class:`Concat` (several tensors joined into one) and :class:`Chain` (layouts in
-turn); a layout of your own is a subclass with ``expected_shape`` and ``convert``.
+(one part of a fused tensor), :class:`PerHead` (one part of a tensor fused head by head: GPT-NeoX's
+``query_key_value``), :class:`Flatten`, :class:`Concat` (several tensors joined into one) and :class:`Chain`
+(layouts in turn); a layout of your own is a subclass with ``expected_shape`` and ``convert``.
 
 >>> from hndl.weights import rule
 >>> r = rule("h.{i}.attn.c_attn.weight", ("nodes.n_h.{i}.n_attn.qkv.weight", "transpose"))
@@ -23,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from ._layouts import Chain as Chain
 from ._layouts import Concat as Concat
+from ._layouts import Flatten as Flatten
 from ._layouts import Layout as Layout
+from ._layouts import PerHead as PerHead
 from ._layouts import Rows as Rows
 from ._layouts import Same as Same
 from ._layouts import Transpose as Transpose
@@ -50,9 +53,11 @@ if TYPE_CHECKING:
 __all__ = [
     "Chain",
     "Concat",
+    "Flatten",
     "Layout",
     "LoadReport",
     "Loaded",
+    "PerHead",
     "Rows",
     "Rule",
     "RuleMatch",

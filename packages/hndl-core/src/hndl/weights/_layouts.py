@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Chain", "Concat", "Layout", "Rows", "Same", "Transpose", "as_layout"]
+__all__ = ["Chain", "Concat", "Flatten", "Layout", "PerHead", "Rows", "Same", "Transpose", "as_layout"]
 
 Shape = tuple[int, ...]
 
@@ -154,6 +154,85 @@ class Rows(Layout):
 
 
 @dataclass(frozen=True)
+class PerHead(Layout):
+    """A part of a tensor fused head by head: along ``dim``, ``heads`` blocks one after the other, and rows
+    ``start`` to ``stop`` (fractions of one block) of each, joined.
+
+    GPT-NeoX's ``query_key_value.weight`` is ``[H * 3 * Dh, D]`` laid out as ``[H, 3, Dh, D]``: each head's
+    query, key and value rows together, where :class:`Rows` would read all the queries first. Its queries' part
+    is ``PerHead(0, Fraction(1, 3), heads=H)``, in a rule ``"per_head(0, 3, heads=H)"``. :meth:`split` makes the
+    parts for unequal sizes: a grouped layout that stores, per key/value group, its ``g`` query heads then one
+    key and one value head is ``PerHead.split(g, 1, 1, heads=groups)``.
+    """
+
+    start: Fraction
+    stop: Fraction
+    heads: int
+    dim: int = 0
+
+    def __post_init__(self) -> None:
+        start, stop = _fraction(self.start), _fraction(self.stop)
+        if start >= stop:
+            raise ValueError(f"rows {start}..{stop} of each head is empty: start must be below stop")
+        if isinstance(self.heads, bool) or not isinstance(self.heads, int) or self.heads < 1:
+            raise ValueError(f"heads must be a positive integer, got {self.heads!r}")
+        object.__setattr__(self, "start", start)
+        object.__setattr__(self, "stop", stop)
+
+    @classmethod
+    def split(cls, *sizes: int, heads: int, dim: int = 0) -> tuple[PerHead, ...]:
+        """One :class:`PerHead` per part of each head's block, the parts in proportion ``sizes``
+        (``split(1, 1, 1, heads=8)``: GPT-NeoX's query, key and value of 8 heads)."""
+        return tuple(cls(r.start, r.stop, heads, dim) for r in Rows.split(*sizes))
+
+    def _block(self, shape: Shape) -> tuple[int, int, int, int]:
+        """``(dim, block, a, b)``: the dim normalised, one head's block size and the rows taken of each block."""
+        if not -len(shape) <= self.dim < len(shape):
+            raise ValueError(f"a {len(shape)}-d tensor has no dim {self.dim} to take heads of")
+        dim = self.dim % len(shape)
+        if shape[dim] % self.heads:
+            raise ValueError(f"{shape[dim]} rows do not split into {self.heads} heads")
+        block = shape[dim] // self.heads
+        a, b = block * self.start, block * self.stop
+        if a.denominator != 1 or b.denominator != 1:
+            raise ValueError(f"a head's {block} rows do not split at {self.start} and {self.stop}")
+        return dim, block, int(a), int(b)
+
+    def expected_shape(self, *shapes: Shape) -> Shape:
+        shape = list(shapes[0])
+        dim, _block, a, b = self._block(shapes[0])
+        shape[dim] = self.heads * (b - a)
+        return tuple(shape)
+
+    def convert(self, *tensors: torch.Tensor) -> torch.Tensor:
+        tensor = tensors[0]
+        dim, block, a, b = self._block(tuple(tensor.shape))
+        return tensor.unflatten(dim, (self.heads, block)).narrow(dim + 1, a, b - a).flatten(dim, dim + 1)
+
+    def __str__(self) -> str:
+        where = "" if self.dim == 0 else f" of dim {self.dim}"
+        return f"rows {self.start}..{self.stop} of each of {self.heads} heads{where}"
+
+
+@dataclass(frozen=True)
+class Flatten(Layout):
+    """All dims in one: transformers' ConvNeXt-V2 keeps its GRN's ``weight`` as ``[1, 1, 1, C]``, hndl's ``grn``
+    (and timm) as ``[C]``."""
+
+    def expected_shape(self, *shapes: Shape) -> Shape:
+        size = 1
+        for n in shapes[0]:
+            size *= n
+        return (size,)
+
+    def convert(self, *tensors: torch.Tensor) -> torch.Tensor:
+        return tensors[0].reshape(-1)
+
+    def __str__(self) -> str:
+        return "flatten"
+
+
+@dataclass(frozen=True)
 class Concat(Layout):
     """Several checkpoint tensors joined along ``dim``, in the rule's order: separate ``q_proj``, ``k_proj`` and
     ``v_proj`` weights into one fused ``qkv``."""
@@ -217,11 +296,13 @@ class Chain(Layout):
 
 
 _ROWS = re.compile(r"rows (\d+)/(\d+)\.\.(\d+)/(\d+)")
+_PER_HEAD = re.compile(r"per_head\(\s*(\d+)\s*,\s*(\d+)\s*,\s*heads\s*=\s*(\d+)\s*\)")
 
 
 def as_layout(value: Layout | str) -> Layout:
-    """A layout object from itself or its short name: ``"same"``, ``"transpose"``, ``"concat"``,
-    ``"rows i/n..j/n"``.
+    """A layout object from itself or its short name: ``"same"``, ``"transpose"``, ``"concat"``, ``"flatten"``,
+    ``"rows i/n..j/n"`` (:class:`Rows`), ``"per_head(i, n, heads=H)"`` (part ``i`` of ``n`` equal parts of each of
+    ``H`` heads' blocks: :class:`PerHead`).
 
     Raises:
         ValueError: for anything else.
@@ -234,14 +315,31 @@ def as_layout(value: Layout | str) -> Layout:
         return Transpose()
     if value == "concat":
         return Concat()
+    if value == "flatten":
+        return Flatten()
     m = _ROWS.fullmatch(value) if isinstance(value, str) else None
     if m is not None:
         a, n, b, d = map(int, m.groups())
         if n == 0 or d == 0:
             raise ValueError(f"layout {value!r} divides by zero")
         return Rows(Fraction(a, n), Fraction(b, d))
+    m = _PER_HEAD.fullmatch(value) if isinstance(value, str) else None
+    if m is not None:
+        part, parts, heads = map(int, m.groups())
+        if not part < parts:
+            raise ValueError(f"layout {value!r}: part {part} of {parts} parts does not exist (parts count from 0)")
+        try:
+            return PerHead(Fraction(part, parts), Fraction(part + 1, parts), heads)
+        except ValueError as exc:
+            raise ValueError(f"layout {value!r}: {exc}") from None
+    if isinstance(value, str) and value.startswith("per_head"):
+        raise ValueError(
+            f"layout {value!r} is not 'per_head(i, n, heads=H)' with whole numbers: part i of n equal parts of each "
+            "of H heads (GPT-NeoX's query_key_value: per_head(0, 3, heads=H) for the queries)"
+        )
     raise ValueError(
-        f"unknown layout {value!r}: same, transpose, concat, 'rows i/n..j/n' or a hndl.weights.Layout object"
+        f"unknown layout {value!r}: same, transpose, concat, flatten, 'rows i/n..j/n', 'per_head(i, n, heads=H)' or "
+        "a hndl.weights.Layout object"
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .._errors import HndlError, Problem
+from .._errors import LIST_LIMIT, HndlError, Problem, clip, echo, echo_list
 from ..naming import dtype_name, excerpt, suggestion
 from ..torch import GraphModule
 from ._layouts import Layout, Same, shapes_text
@@ -27,7 +27,7 @@ from ._report import Loaded, LoadReport
 from ._rules import Rule, RuleMatch, Target, as_rules
 from ._sources import Checkpoint, open_checkpoint
 
-__all__ = ["convert_state_dict", "load_state_dict"]
+__all__ = ["check_state_dict", "convert_state_dict", "load_state_dict"]
 
 # A key no rule matches keeps its name: the last rule of every load.
 _KEEP_NAME = Rule(("{key*}",), (Target("{key*}"),))
@@ -98,12 +98,14 @@ def _candidates(rules: Sequence[Rule], name: str) -> list[str]:
 
 
 def _quoted(keys: Sequence[str]) -> str:
-    shown = [repr(k) for k in keys]
+    if len(keys) > LIST_LIMIT:
+        return echo_list(keys)
+    shown = [echo(k) for k in keys]
     return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1]
 
 
 def _keys_text(keys: Sequence[str]) -> str:
-    return f"checkpoint key {keys[0]!r}" if len(keys) == 1 else "checkpoint keys " + ", ".join(map(repr, keys))
+    return f"checkpoint key {echo(keys[0])}" if len(keys) == 1 else "checkpoint keys " + echo_list(keys)
 
 
 def _copyable(source: torch.dtype, target: torch.dtype) -> bool:
@@ -115,7 +117,9 @@ def _copyable(source: torch.dtype, target: torch.dtype) -> bool:
     return target.is_complex or not source.is_complex
 
 
-def _plan(model: Any, source: Any, rules: Any, strict: bool, into: str | None) -> tuple[_Plan, list[Problem], str]:
+def _plan(
+    model: Any, source: Any, rules: Any, strict: bool, into: str | None, skeleton: bool = False
+) -> tuple[_Plan, list[Problem], str]:
     if not isinstance(model, GraphModule):
         raise HndlError(
             Problem(
@@ -133,9 +137,9 @@ def _plan(model: Any, source: Any, rules: Any, strict: bool, into: str | None) -
         raise HndlError(Problem("E_PARAMS", "strict must be True or False", actual=excerpt(strict)))
     into = into or f"graph '{model.graph.name}'"
     slots = _slots(model)
-    checkpoint = open_checkpoint(source)
+    checkpoint = source if isinstance(source, Checkpoint) else open_checkpoint(source)
     try:
-        plan, problems = _plan_keys(checkpoint, slots, parsed, strict, into)
+        plan, problems = _plan_keys(checkpoint, slots, parsed, strict, into, skeleton)
     except BaseException:
         checkpoint.__exit__(None, None, None)
         raise
@@ -143,7 +147,12 @@ def _plan(model: Any, source: Any, rules: Any, strict: bool, into: str | None) -
 
 
 def _plan_keys(
-    checkpoint: Checkpoint, slots: dict[str, _Slot], rules: tuple[Rule, ...], strict: bool, into: str
+    checkpoint: Checkpoint,
+    slots: dict[str, _Slot],
+    rules: tuple[Rule, ...],
+    strict: bool,
+    into: str,
+    skeleton: bool = False,
 ) -> tuple[_Plan, list[Problem]]:
     entries = checkpoint.entries
     problems: list[Problem] = []
@@ -160,8 +169,8 @@ def _plan_keys(
                 problems.append(
                     Problem(
                         "E_PARAMS",
-                        f"checkpoint key {key!r} is read by two rules: '{first.rule}' and '{m.rule}'",
-                        actual=key,
+                        f"checkpoint key {echo(key)} is read by two rules: '{first.rule}' and '{m.rule}'",
+                        actual=clip(key),
                         hint="each checkpoint key may fill one place: narrow one rule's template",
                     )
                 )
@@ -171,8 +180,8 @@ def _plan_keys(
             problems.append(
                 Problem(
                     "E_PARAMS",
-                    f"checkpoint key {clash[0]!r} is read by two rules: '{reader[clash[0]].rule}' and '{m.rule}'",
-                    actual=clash[0],
+                    f"checkpoint key {echo(clash[0])} is read by two rules: '{reader[clash[0]].rule}' and '{m.rule}'",
+                    actual=clip(clash[0]),
                     hint="each checkpoint key may fill one place: narrow one rule's template",
                 )
             )
@@ -218,7 +227,7 @@ def _plan_keys(
                 )
             filled_by.setdefault(target, fill)
         fills.append(fill)
-        problems += _check_fill(fill, entries, slots)
+        problems += _check_fill(fill, entries, slots, skeleton)
 
     # Tied names are one tensor: a group is filled when any of its names is; a second fill must be equal.
     groups: dict[str, list[str]] = {}
@@ -259,25 +268,26 @@ def _plan_keys(
             continue
         entry = entries[key]
         hint = suggestion(key, candidates_of_missing, keys=True) or (
-            f"a rule makes it {renamed!r}, which the model does not have" if renamed else None
+            f"a rule makes it {echo(renamed)}, which the model does not have" if renamed else None
         )
         problems.append(
             Problem(
                 "E_PARAMS",
-                f"checkpoint key {key!r} has no place in {into}",
+                f"checkpoint key {echo(key)} has no place in {into}",
                 expected=f"a key of one of the model's {wanted} tensors",
-                actual=key if entry.dtype is not None else f"{key} ({entry.kind})",
+                actual=clip(key) if entry.dtype is not None else f"{clip(key)} ({entry.kind})",
                 hint=hint or "map it with a rule, drop it with a rule, or load with strict=False",
             )
         )
-    if not problems:
+    if not problems and not skeleton:  # (values: read for the real load only)
         problems += _check_ties(group_fills, entries, slots)
     plan = _Plan(checkpoint, slots, fills, dropped, [] if strict else missing, [] if strict else unexpected)
     return plan, problems
 
 
-def _check_fill(fill: _Fill, entries: dict[str, Any], slots: dict[str, _Slot]) -> list[Problem]:
-    """Shape, dtype and layout problems of one rule application, from the checkpoint's metadata alone."""
+def _check_fill(fill: _Fill, entries: dict[str, Any], slots: dict[str, _Slot], skeleton: bool) -> list[Problem]:
+    """Shape, dtype and layout problems of one rule application, from the checkpoint's metadata alone (a
+    ``skeleton`` model is on the meta device on purpose: checked before the real one is built)."""
     m = fill.match
     problems: list[Problem] = []
     sources = [entries[s] for s in m.sources]
@@ -286,7 +296,7 @@ def _check_fill(fill: _Fill, entries: dict[str, Any], slots: dict[str, _Slot]) -
             problems.append(
                 Problem(
                     "E_PARAMS",
-                    f"checkpoint key {key!r} {entry.refusal}",
+                    f"checkpoint key {echo(key)} {entry.refusal}",
                     node=slots[m.targets[0][0]].node,
                     op=slots[m.targets[0][0]].op,
                     expected="a dense torch.Tensor",
@@ -333,7 +343,7 @@ def _check_fill(fill: _Fill, entries: dict[str, Any], slots: dict[str, _Slot]) -
                 problems.append(
                     Problem(
                         "E_PARAMS",
-                        f"checkpoint key {key!r} holds {dtype_name(entry.dtype)} values; {target!r} is "
+                        f"checkpoint key {echo(key)} holds {dtype_name(entry.dtype)} values; {target!r} is "
                         f"{dtype_name(slot.tensor.dtype)}, which cannot hold them unchanged",
                         node=slot.node,
                         op=slot.op,
@@ -341,7 +351,7 @@ def _check_fill(fill: _Fill, entries: dict[str, Any], slots: dict[str, _Slot]) -
                         actual=dtype_name(entry.dtype),
                     )
                 )
-        if slot.tensor.device.type == "meta":
+        if slot.tensor.device.type == "meta" and not skeleton:
             problems.append(
                 Problem(
                     "E_PARAMS",
@@ -424,6 +434,47 @@ def _order(plan: _Plan) -> list[_Fill]:
     return sorted(plan.fills, key=lambda f: files.get(entries[f.match.sources[0]].file or "", 0))
 
 
+def _storage(tensor: torch.Tensor) -> tuple[str, int] | None:
+    """Which memory ``tensor`` lives in (device and storage address), or None when it holds none."""
+    if tensor.numel() == 0 or tensor.device.type == "meta":
+        return None
+    return str(tensor.device), tensor.untyped_storage().data_ptr()
+
+
+def _aliased_sources(plan: _Plan, fills: list[_Fill]) -> dict[str, torch.Tensor]:
+    """Copies of the source tensors that share memory with a tensor the copy writes, taken before anything is
+    written: loading a model's own ``state_dict`` with rules that swap two of its tensors must read both before it
+    writes either. A source read only by the fill that writes its own memory, as the very same view, unchanged (``same``,
+    one source, one target), needs no copy: ``copy_`` of a tensor into itself is the plain reload."""
+    writers: dict[tuple[str, int], list[tuple[int, str]]] = {}
+    for i, fill in enumerate(fills):
+        for target, _ in fill.match.targets:
+            if target not in fill.duplicate_of:
+                where = _storage(plan.slots[target].tensor)
+                if where is not None:
+                    writers.setdefault(where, []).append((i, target))
+    kept: dict[str, torch.Tensor] = {}
+    if not writers:
+        return kept
+    for i, fill in enumerate(fills):
+        m = fill.match
+        plain = len(m.sources) == 1 and len(m.targets) == 1 and isinstance(m.targets[0][1], Same)
+        for source in m.sources:
+            entry = plan.checkpoint.entries[source]
+            if entry.file is not None:  # read from a file: fresh memory
+                continue
+            value = entry.read()
+            where = _storage(value) if isinstance(value, torch.Tensor) else None
+            if where is None or where not in writers:
+                continue
+            written = plan.slots[m.targets[0][0]].tensor
+            same_view = value.data_ptr() == written.data_ptr() and value.stride() == written.stride()
+            if plain and same_view and writers[where] == [(i, m.targets[0][0])]:
+                continue
+            kept[source] = value.detach().clone()
+    return kept
+
+
 def _report(plan: _Plan, fills: list[_Fill], into: str) -> LoadReport:
     groups: dict[str, list[str]] = {}
     for name, slot in plan.slots.items():
@@ -477,14 +528,27 @@ def load_state_dict(
         if problems:
             raise HndlError(problems, title=title or f"weights from {plan.checkpoint.name} for {into}")
         fills = _order(plan)
+        kept = _aliased_sources(plan, fills)
         with torch.no_grad():
             for fill in fills:
-                values = [plan.checkpoint.entries[s].read() for s in fill.match.sources]
+                values = [kept[s] if s in kept else plan.checkpoint.entries[s].read() for s in fill.match.sources]
                 for target, layout in fill.match.targets:
                     if target not in fill.duplicate_of:
                         plan.slots[target].tensor.copy_(layout.convert(*values))
                 del values  # one rule application's tensors at a time
         return _report(plan, fills, into)
+
+
+def check_state_dict(
+    model: GraphModule, source: Any, rules: Any = (), strict: bool = True, *, into: str, title: str
+) -> None:
+    """Plan a load into ``model``, a build on the meta device, and raise what :func:`load_state_dict` would refuse
+    (but for tied keys' values, which only the real load reads): the checkpoint is checked against a model that
+    takes no memory, before the real one is built."""
+    plan, problems, into = _plan(model, source, rules, strict, into, skeleton=True)
+    with plan.checkpoint:
+        if problems:
+            raise HndlError(problems, title=title)
 
 
 def convert_state_dict(

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._errors import clip
+
 __all__ = ["LoadReport", "Loaded"]
+
+# How many dropped, missing or unexpected keys a printed report lists.
+_LISTED = 20
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,8 @@ class Loaded:
             notes.append(self.dtype)
         if self.duplicate:
             notes.append("equal to the tied tensor already loaded, not copied again")
-        return f"{' + '.join(self.sources)} -> {right}" + (f"  [{'; '.join(notes)}]" if notes else "")
+        left = " + ".join(clip(source) for source in self.sources)
+        return f"{left} -> {right}" + (f"  [{'; '.join(notes)}]" if notes else "")
 
 
 @dataclass(frozen=True)
@@ -74,12 +80,15 @@ class LoadReport:
         read = sum(len(item.sources) for item in self.loaded)
         lines = [f"loaded {read} checkpoint keys from {self.source} into {len(self.model_keys)} keys of {self.into}:"]
         lines += [f"  {item}" for item in self.loaded]
-        for title, keys in (
-            ("dropped by a rule", self.dropped_keys),
-            ("missing (left as they were)", self.missing_keys),
-            ("unexpected (not loaded)", self.unexpected_keys),
+        for title, field_name, keys in (
+            ("dropped by a rule", "dropped_keys", self.dropped_keys),
+            ("missing (left as they were)", "missing_keys", self.missing_keys),
+            ("unexpected (not loaded)", "unexpected_keys", self.unexpected_keys),
         ):
             if keys:
+                # A checkpoint's keys are not trusted: their lists are cut, each key too (the fields hold all).
                 lines.append(f"{title}:")
-                lines += [f"  {key}" for key in keys]
+                lines += [f"  {clip(key)}" for key in keys[:_LISTED]]
+                if len(keys) > _LISTED:
+                    lines.append(f"  ... and {len(keys) - _LISTED:,} more (all in report.{field_name})")
         return "\n".join(lines)

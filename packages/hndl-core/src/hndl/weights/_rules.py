@@ -32,23 +32,80 @@ _NUMBER = re.compile(r"0|[1-9][0-9]*")
 
 
 @dataclass(frozen=True)
+class _Run:
+    """Template parts that each match one dot-separated part of a key, in order (between ``{x*}`` fields)."""
+
+    parts: tuple[re.Pattern[str], ...]
+
+    def fits(self, parts: Sequence[str], start: int, values: dict[str, str]) -> bool:
+        """Whether the run matches ``parts[start:start + len(self.parts)]``; the fields' values go into ``values``."""
+        for pattern, part in zip(self.parts, parts[start : start + len(self.parts)], strict=True):
+            m = pattern.fullmatch(part)
+            if m is None:
+                return False
+            values.update(m.groupdict())
+        return True
+
+
+@dataclass(frozen=True)
 class Template:
-    """A key with fields: ``layer{stage}.{block}.{t}``. Compiled once; matches and fills keys."""
+    """A key with fields: ``layer{stage}.{block}.{t}``. Compiled once; matches and fills keys.
+
+    A template whose ``{x*}`` fields each stand for whole parts (between dots or at an end) and that names no field
+    twice, as every rule of the zoo does, is matched part by part (:meth:`_match_parts`): in time linear in the
+    key, however many ``{x*}`` fields it has. Any other template is one regular expression, and may have one
+    ``{x*}`` field at most: two or three of them in one expression take quadratic or cubic time to refuse a long
+    key (a checkpoint's key is not trusted).
+    """
 
     text: str
     fields: dict[str, bool] = field(init=False, compare=False, repr=False)  # name -> matches several parts
     offsets: dict[str, int] = field(init=False, compare=False, repr=False)  # name -> its offset ({i+1}: 1)
     _pattern: re.Pattern[str] = field(init=False, compare=False, repr=False)
+    # Matched part by part: the runs between the {x*} fields and those fields' names (None: by _pattern).
+    _runs: tuple[_Run, ...] | None = field(init=False, compare=False, repr=False)
+    _stars: tuple[str, ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str) or not self.text:
             raise ValueError(f"a key template must be a non-empty string, not {excerpt(self.text)}")
+        pattern, fields, offsets, repeated = self._compile(self.text)
+        object.__setattr__(self, "fields", fields)
+        object.__setattr__(self, "offsets", offsets)
+        object.__setattr__(self, "_pattern", pattern)
+        runs: list[_Run] | None = [] if not repeated else None
+        stars: list[str] = []
+        current: list[re.Pattern[str]] = []
+        for part in self.text.split("."):
+            star = _FIELD.fullmatch(part)
+            if star is not None and star.group(2):
+                stars.append(star.group(1))
+                if runs is not None:
+                    runs.append(_Run(tuple(current)))
+                current = []
+            elif "*}" in part and runs is not None:  # a {x*} field inside a part: not whole parts
+                runs = None
+            else:
+                current.append(self._compile(part)[0])
+        if runs is not None:
+            runs.append(_Run(tuple(current)))
+        elif sum(fields.values()) > 1 or (stars and repeated and len(stars) > 1):
+            raise ValueError(
+                f"template {self.text!r} has several '*' fields, so each must stand for whole parts of a key "
+                "(between dots, or at an end: 'a.{x*}.b.{y*}') and no field may be named twice"
+            )
+        object.__setattr__(self, "_runs", tuple(runs) if runs is not None else None)
+        object.__setattr__(self, "_stars", tuple(stars))
+
+    def _compile(self, text: str) -> tuple[re.Pattern[str], dict[str, bool], dict[str, int], bool]:
+        """``text`` as a regular expression, its fields, their offsets, and whether a field is named twice."""
         out: list[str] = []
         fields: dict[str, bool] = {}
         offsets: dict[str, int] = {}
+        repeated = False
         pos = 0
-        for m in _FIELD.finditer(self.text):
-            out.append(self._literal(self.text[pos : m.start()]))
+        for m in _FIELD.finditer(text):
+            out.append(self._literal(text[pos : m.start()]))
             name, star, offset = m.group(1), bool(m.group(2)), int(m.group(3) or 0)
             if star and m.group(3):
                 raise ValueError(f"template {self.text!r} gives field {name!r} both '*' and an offset")
@@ -58,16 +115,15 @@ class Template:
                 if offsets.get(name, 0) != offset:
                     raise ValueError(f"template {self.text!r} writes field {name!r} with two offsets")
                 out.append(f"(?P={name})")
+                repeated = True
             else:
                 out.append(f"(?P<{name}>.+)" if star else f"(?P<{name}>[^.]+)")
             fields[name] = star
             if offset:
                 offsets[name] = offset
             pos = m.end()
-        out.append(self._literal(self.text[pos:]))
-        object.__setattr__(self, "fields", fields)
-        object.__setattr__(self, "offsets", offsets)
-        object.__setattr__(self, "_pattern", re.compile("".join(out)))
+        out.append(self._literal(text[pos:]))
+        return re.compile("".join(out)), fields, offsets, repeated
 
     def _literal(self, text: str) -> str:
         if "{" in text or "}" in text:
@@ -78,14 +134,62 @@ class Template:
 
     def match(self, key: str) -> dict[str, str] | None:
         """The fields' values when ``key`` fits the template, else None."""
-        m = self._pattern.fullmatch(key)
-        if m is None:
-            return None
-        values = m.groupdict()
+        if self._runs is not None:
+            found = self._match_parts(key)
+            if found is None:
+                return None
+            values = found
+        else:
+            m = self._pattern.fullmatch(key)
+            if m is None:
+                return None
+            values = m.groupdict()
         for name, offset in self.offsets.items():
             if not _NUMBER.fullmatch(values[name]) or int(values[name]) < offset:
                 return None
             values[name] = str(int(values[name]) - offset)
+        return values
+
+    def _match_parts(self, key: str) -> dict[str, str] | None:
+        """What the regular expression would match, found part by part in linear time.
+
+        The template is runs of one-part patterns with a ``{x*}`` field between each two: ``R0 *1 R1 ... *k Rk``.
+        The first and last runs sit at the key's ends. The others are placed from the right, each at the rightmost
+        part where it matches and leaves the field to its right at least one part (not one empty part): placing a
+        run as far right as possible leaves the most room to its left, so a key that fits is never refused, and
+        gives each ``{x*}`` field the longest value the ones before it allow, as the expression's greedy ``.+``
+        does.
+        """
+        assert self._runs is not None
+        parts = key.split(".")
+        runs = self._runs
+        values: dict[str, str] = {}
+        if len(runs) == 1:
+            only = runs[0]
+            return values if len(parts) == len(only.parts) and only.fits(parts, 0, values) else None
+
+        def star_ok(begin: int, end: int) -> bool:  # .+ : one part or more, and not one empty part
+            return end - begin >= 2 or (end - begin == 1 and parts[begin] != "")
+
+        first, last = runs[0], runs[-1]
+        starts = [0] * len(runs)
+        starts[-1] = len(parts) - len(last.parts)
+        if starts[-1] < len(first.parts) + 1 or not last.fits(parts, starts[-1], values):
+            return None
+        for i in range(len(runs) - 2, 0, -1):
+            run, right = runs[i], starts[i + 1]
+            start = right - 1 - len(run.parts)
+            while start > len(first.parts) and not (
+                star_ok(start + len(run.parts), right) and run.fits(parts, start, values)
+            ):
+                start -= 1
+            if start <= len(first.parts):
+                return None
+            starts[i] = start
+        if not (first.fits(parts, 0, values) and star_ok(len(first.parts), starts[1])):
+            return None
+        for i, name in enumerate(self._stars):
+            values[name] = ".".join(parts[starts[i] + len(runs[i].parts) : starts[i + 1]])
         return values
 
     def fits(self, values: Mapping[str, str]) -> bool:

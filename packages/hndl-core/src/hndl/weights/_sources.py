@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import stat
 import warnings
 import zipfile
 from collections.abc import Callable, Mapping
@@ -27,15 +28,18 @@ from typing import Any
 
 import torch
 
-from .._errors import HndlError, Problem
+from .._errors import HndlError, Problem, echo, echo_list
 from ..naming import dtype_name, excerpt, printable
 
-__all__ = ["Checkpoint", "Entry", "open_checkpoint"]
+__all__ = ["Checkpoint", "Entry", "Unreadable", "inside", "open_checkpoint", "read_json"]
 
 _TORCH_SUFFIXES = (".bin", ".pt", ".pth")
 _SUFFIXES = (".safetensors", *_TORCH_SUFFIXES)
-# An index lists key names and file names only; a larger one is not an index.
-_MAX_INDEX_BYTES = 64 * 1024 * 1024
+#: An index lists key names and file names only (a 600B-parameter model's is about 10 MB); a larger one is not an
+#: index.
+MAX_INDEX_BYTES = 64 * 1024 * 1024
+#: How deep a JSON file hndl reads (an index, a config.json) may nest: theirs nest three or four levels.
+MAX_JSON_DEPTH = 64
 # What a transformers folder names its weights, in the order transformers prefers them.
 _FOLDER_FILES = (
     "model.safetensors.index.json",
@@ -97,6 +101,88 @@ class Checkpoint:
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
+
+
+class Unreadable(ValueError):
+    """Why a JSON file was not read (:func:`read_json`); the caller names the file and the error code."""
+
+
+def read_json(path: Path, limit: int) -> Any:
+    """The JSON value in the regular file ``path``, read only when it is one, of at most ``limit`` bytes, nesting
+    at most :data:`MAX_JSON_DEPTH` levels.
+
+    A FIFO, a device (``/dev/zero``) or a folder is refused without reading it (opened non-blocking, so a FIFO
+    with no writer does not block); the size is checked on what is read, not on what ``stat`` says (``/proc``
+    files say 0).
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        Unreadable: anything else, with the reason as its message.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise Unreadable(f"cannot be read: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise Unreadable(f"is not a regular file (it is {_file_kind(mode)})")
+        if os.fstat(fd).st_size > limit:  # refused unread; the read below is capped for a file that grows
+            raise Unreadable(f"is larger than {limit:,} bytes")
+        try:
+            raw = f.read(limit + 1)
+        except OSError as exc:
+            raise Unreadable(f"cannot be read: {exc.strerror or exc}") from None
+    if len(raw) > limit:
+        raise Unreadable(f"is larger than {limit:,} bytes")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except RecursionError:  # json's parser recurses once per level
+        raise Unreadable(f"nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise Unreadable(f"is not JSON ({str(exc)[:160]})") from None
+    if _depth_over(data, MAX_JSON_DEPTH):
+        raise Unreadable(f"nests deeper than {MAX_JSON_DEPTH} levels")
+    return data
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a file")
+
+
+def _depth_over(data: Any, limit: int) -> bool:
+    """Whether ``data`` (parsed JSON) nests more than ``limit`` lists and objects deep; iterative, so a deep value
+    costs no recursion here and none later (a message's repr, a comparison)."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return False
+
+
+def inside(folder: Path, path: Path) -> bool:
+    """Whether ``path``, its links followed, is a file inside ``folder`` (links followed too): a file a folder
+    names (an index's shard, a folder's weights) must not be a link to a file elsewhere. One place elsewhere is
+    allowed: a hub cache's ``blobs`` folder, where every file of a snapshot (``<repo>/snapshots/<revision>/``)
+    links to (``<repo>/blobs/<hash>``), as ``huggingface_hub`` downloads them."""
+    root = Path(os.path.realpath(folder))
+    real = Path(os.path.realpath(path))
+    roots = [root]
+    if root.parent.name == "snapshots":
+        roots.append(root.parent.parent / "blobs")
+    return any(real.is_relative_to(r) and real != r for r in roots)
 
 
 def _error(where: str, message: str, hint: str | None = None) -> HndlError:
@@ -174,6 +260,11 @@ def _from_mapping(source: Mapping[Any, Any], name: str) -> Checkpoint:
             refusal = f"holds {kind}, which cannot be copied into a model's dense tensor"
             hint = "dequantize it" if value.is_quantized else "make it dense"
             checkpoint.entries[key] = Entry((), None, None, _constant(value), f"{refusal} ({hint} first)", kind)
+        elif value.device.type == "meta":
+            # Refused in the plan, before anything is copied: copy_ from it fails only when reached, after the
+            # tensors before it were overwritten.
+            refusal = "is on the meta device: it has a shape and a dtype but no values (load real tensors)"
+            checkpoint.entries[key] = Entry((), None, None, _constant(value), refusal, "a meta tensor")
         else:
             checkpoint.entries[key] = Entry(tuple(value.shape), value.dtype, None, _constant(value))
     return checkpoint
@@ -187,33 +278,50 @@ def _from_folder(folder: Path) -> Checkpoint:
     for name in _FOLDER_FILES:
         candidate = folder / name
         if candidate.is_file():
-            return _from_index(candidate) if name.endswith(".json") else open_checkpoint(candidate)
+            return (
+                _from_index(_checked_inside(folder, candidate))
+                if name.endswith(".json")
+                else _chosen(folder, candidate)
+            )
     indexes = sorted(p for p in folder.glob("*.index.json") if p.is_file())
     if len(indexes) == 1:
-        return _from_index(indexes[0])
+        return _from_index(_checked_inside(folder, indexes[0]))
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in _SUFFIXES)
     if not indexes and len(files) == 1:
-        return open_checkpoint(files[0])
+        return _chosen(folder, files[0])
     found = [p.name for p in indexes] or [p.name for p in files]
     raise _error(
         str(folder),
-        "holds no checkpoint hndl can choose" + (f": {', '.join(found[:6])}" if found else ""),
+        "holds no checkpoint hndl can choose" + (f": {echo_list(found, 6, quote=False)}" if found else ""),
         hint="a folder holds model.safetensors, pytorch_model.bin or one *.index.json; "
         + ("pass the file to load" if found else "pass the checkpoint's own path"),
     )
+
+
+def _checked_inside(folder: Path, path: Path) -> Path:
+    """``path``, a file hndl chose in ``folder``, when it is one (not a link to a file elsewhere)."""
+    if not inside(folder, path):
+        raise _error(
+            str(path),
+            f"is a link to {str(Path(os.path.realpath(path)))!r}, outside the folder {str(folder)!r}",
+            hint="a checkpoint's files are in its folder: copy the file there, or pass the file itself",
+        )
+    return path
+
+
+def _chosen(folder: Path, path: Path) -> Checkpoint:
+    return open_checkpoint(_checked_inside(folder, path))
 
 
 def _from_index(index: Path) -> Checkpoint:
     """A sharded checkpoint: the index's ``weight_map`` says which shard (a file beside it) holds each key."""
     where = str(index)
     try:
-        if index.stat().st_size > _MAX_INDEX_BYTES:
-            raise _error(where, f"is larger than {_MAX_INDEX_BYTES} bytes: not a checkpoint index")
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise _error(where, f"cannot be read: {exc.strerror or exc}") from None
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-        raise _error(where, f"is not a checkpoint index: not JSON ({exc})") from None
+        data = read_json(index, MAX_INDEX_BYTES)
+    except FileNotFoundError:
+        raise _error(where, "does not exist") from None
+    except Unreadable as exc:
+        raise _error(where, f"{exc}: not a checkpoint index") from None
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
@@ -231,7 +339,7 @@ def _from_index(index: Path) -> Checkpoint:
                 shards[file] = _shard(checkpoint, index, file)
             entry = shards[file].entries.get(key)
             if entry is None:
-                raise _error(where, f"places {key!r} in {file!r}, which does not hold it")
+                raise _error(where, f"places {echo(key)} in {echo(file)}, which does not hold it")
             checkpoint.entries[key] = entry
     except BaseException:
         checkpoint._stack.close()
@@ -241,14 +349,25 @@ def _from_index(index: Path) -> Checkpoint:
 
 def _shard(checkpoint: Checkpoint, index: Path, file: str) -> Checkpoint:
     where = str(index)
+    shown = echo(file)
     # A shard is a file beside the index, named plainly: never a path that reaches elsewhere.
     if not file or file != Path(file).name or file in (".", "..") or "\\" in file or "\x00" in file:
-        raise _error(where, f"names shard {excerpt(file)}, which is not a file name beside the index")
+        raise _error(where, f"names shard {shown}, which is not a file name beside the index")
     path = index.parent / file
     if Path(file).suffix not in _SUFFIXES:
-        raise _error(where, f"names shard {file!r}, which is not a .safetensors, .bin, .pt or .pth file")
-    if not path.is_file():
-        raise _error(where, f"names shard {file!r}, which is not in {str(index.parent)!r}")
+        raise _error(where, f"names shard {shown}, which is not a .safetensors, .bin, .pt or .pth file")
+    try:
+        found = path.is_file()
+    except OSError as exc:  # a name too long for the file system
+        raise _error(where, f"names shard {shown}, which cannot be read: {exc.strerror or exc}") from None
+    if not found:
+        raise _error(where, f"names shard {shown}, which is not in {str(index.parent)!r}")
+    if not inside(index.parent, path):
+        raise _error(
+            where,
+            f"names shard {shown}, a link to {str(Path(os.path.realpath(path)))!r}, outside {str(index.parent)!r}",
+            hint="a checkpoint's shards are files in its folder: copy the file there instead of linking to it",
+        )
     shard = Checkpoint(file)
     _add_file(shard, path, checkpoint._stack)
     checkpoint.files.extend(shard.files)
@@ -281,7 +400,7 @@ def _add_safetensors(checkpoint: Checkpoint, path: Path, stack: ExitStack) -> No
     for key, (shape, code) in shapes.items():
         dtype = getattr(torch, _SAFETENSORS_DTYPES.get(code, ""), None)
         if not isinstance(dtype, torch.dtype):
-            raise _error(where, f"holds {key!r} in dtype {code}, which this torch cannot read")
+            raise _error(where, f"holds {echo(key)} in dtype {echo(code)}, which this torch cannot read")
         checkpoint.entries[key] = Entry(shape, dtype, where, functools.partial(_read_safetensors, handle, key, where))
 
 
@@ -289,7 +408,7 @@ def _read_safetensors(handle: Any, key: str, where: str) -> torch.Tensor:
     try:
         tensor: torch.Tensor = handle.get_tensor(key)
     except Exception as exc:
-        raise _error(where, f"cannot read {key!r}: {exc}") from None
+        raise _error(where, f"cannot read {echo(key)}: {excerpt(str(exc), 300)}") from None
     return tensor
 
 
@@ -321,8 +440,8 @@ def _add_torch(checkpoint: Checkpoint, path: Path) -> None:
     if nested and not any(isinstance(v, torch.Tensor) for v in loaded.values()):
         raise _error(
             where,
-            f"holds a training checkpoint (keys {', '.join(repr(k) for k in list(loaded)[:6])}), not a state_dict",
-            hint=f"the tensors are under {nested[0]!r}: pass torch.load(path, weights_only=True)[{nested[0]!r}]",
+            f"holds a training checkpoint (keys {echo_list(list(loaded), 6)}), not a state_dict",
+            hint=f"the tensors are under {echo(nested[0])}: pass torch.load(path, weights_only=True)[{echo(nested[0])}]",
         )
     part = _from_mapping(loaded, f"'{printable(where)}'")
     for key, entry in part.entries.items():

@@ -75,6 +75,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import HndlError, Problem
 from .._graph import Graph
+from .._param_overrides import override_params
 from ..naming import excerpt, suggestion
 from ._entries import ENTRIES, Entry
 from ._weights import Rule, Target
@@ -136,7 +137,7 @@ def spec_text(name: str) -> str:
 
 
 #: The entries with key/value cache variants (``get(name, kv_cache=True)``, static; ``kv_cache="grow"``): the
-#: decoders.
+#: decoders. Each variant is :func:`hndl.generation.with_kv_cache` of the plain entry.
 KV_CACHE_ENTRIES = ("gpt2", "llama", "mistral")
 
 
@@ -144,22 +145,17 @@ KV_CACHE_ENTRIES = ("gpt2", "llama", "mistral")
 KV_CACHE_KINDS = ("static", "grow")
 
 
-def kv_cache_spec_text(name: str, kind: str = "static") -> str:
-    """The spec file of entry ``name``'s variant with a static key/value cache (``specs/kv_cache/<name>.yaml``),
-    or with ``kind="grow"`` a growing one (``specs/kv_cache/grow/<name>.yaml``).
-
-    Raises:
-        HndlError: E_SPEC for an entry without one; E_PARAM for another kind.
-    """
+def _kv_cache_kind(name: str, kind: Any) -> str:
+    """``kind`` checked (E_PARAM for another kind), for an entry that has cache variants (E_SPEC otherwise)."""
     entry(name)
-    if kind not in KV_CACHE_KINDS:
+    if not isinstance(kind, str) or kind not in KV_CACHE_KINDS:
         raise HndlError(
             Problem(
                 "E_PARAM",
-                f"kv_cache={kind!r} is no kind of key/value cache",
+                f"kv_cache={excerpt(kind)} is no kind of key/value cache",
                 expected="True or 'static' (preallocated, written in place), 'grow' (concatenated each step)",
-                actual=repr(kind),
-                hint=suggestion(str(kind), KV_CACHE_KINDS),
+                actual=excerpt(kind),
+                hint=suggestion(kind, KV_CACHE_KINDS) if isinstance(kind, str) else None,
             )
         )
     if name not in KV_CACHE_ENTRIES:
@@ -169,11 +165,24 @@ def kv_cache_spec_text(name: str, kind: str = "static") -> str:
                 f"zoo:{name} has no key/value cache variant",
                 expected="one of " + ", ".join(KV_CACHE_ENTRIES),
                 actual=name,
-                hint="kv_cache=True is for the decoders, which generate text",
+                hint="kv_cache=True is for the decoders, which generate text; "
+                "hndl.generation.with_kv_cache(graph) makes the variant of any causal decoder",
             )
         )
-    folder = ("specs", "kv_cache") if kind == "static" else ("specs", "kv_cache", "grow")
-    return resources.files(__name__).joinpath(*folder, f"{name}.yaml").read_text(encoding="utf-8")
+    return kind
+
+
+def kv_cache_spec_text(name: str, kind: str = "static") -> str:
+    """The spec file of entry ``name``'s variant with a static key/value cache, or with ``kind="grow"`` a growing
+    one: :func:`hndl.dumps` of ``get(name, kv_cache=kind)``, what :func:`hndl.generation.with_kv_cache` makes of
+    the plain entry.
+
+    Raises:
+        HndlError: E_SPEC for an entry without one; E_PARAM for another kind.
+    """
+    from .._spec_dumper import dumps
+
+    return dumps(get(name, kv_cache=_kv_cache_kind(name, kind)))
 
 
 def get(name: str, preset: str | None = None, *, kv_cache: bool | str = False, **overrides: Any) -> Graph:
@@ -190,16 +199,17 @@ def get(name: str, preset: str | None = None, *, kv_cache: bool | str = False, *
             it itself; pass this to run the cache by hand. ``"static"`` is the same; ``"grow"`` the variant
             with a growing cache: the past keys and values in, past and new concatenated out (SPEC 17.2).
         **overrides: values for the spec's parameters, ``num_classes=10``, ``n_layer=6``, ``image_size=384``
-            (the module docstring lists each entry's). Their validity (type,
-            range, whether the result is a consistent model) is checked by :func:`hndl.check`/:func:`hndl.build`
-            like any spec parameter, at the spec line that uses them.
+            (the module docstring lists each entry's), checked as :func:`hndl.load`'s ``params`` are: each name
+            must be one the entry has, each value of its kind (an integer for ``num_classes``). Whether the
+            values make a consistent model (a head count that divides the width) is checked by
+            :func:`hndl.check`/:func:`hndl.build` like any spec parameter, at the spec line that uses them.
 
     Returns:
         A fresh graph: locations read ``zoo:<name>:line:col``; ``graph.params`` holds the configuration.
 
     Raises:
         HndlError: E_SPEC for an unknown entry or preset, E_PARAM for an override the entry does not have (each
-            with a did-you-mean).
+            with a did-you-mean) or of another kind than the entry's value.
     """
     from .._spec_loader import _load_text
 
@@ -207,32 +217,18 @@ def get(name: str, preset: str | None = None, *, kv_cache: bool | str = False, *
         name = name[len(PREFIX) :]
     if isinstance(name, str) and "@" in name and preset is None:
         name, _, preset = name.partition("@")
-    if kv_cache:
-        kind = "static" if kv_cache is True else kv_cache
-        tag = "kv_cache" if kind == "static" else f"kv_cache={kind}"
-        graph = _load_text(kv_cache_spec_text(name, kind), f"{PREFIX}{name}[{tag}]", allow_imports=False)
-    else:
-        graph = _load_text(spec_text(name), PREFIX + name, allow_imports=False)
+    if kv_cache is not False and kv_cache is not None:
+        from ..generation import with_kv_cache
+
+        kind = _kv_cache_kind(name, "static" if kv_cache is True else kv_cache)
+        # The variant's own parameter (the last token's logits only) is set on it; the rest size the plain entry.
+        own = {k: overrides.pop(k) for k in list(overrides) if k == "last_logits"}
+        variant = with_kv_cache(get(name, preset, **overrides), kind)
+        return override_params(variant, own, what=f"{PREFIX}{name}[kv_cache={kind}]")
+    graph = _load_text(spec_text(name), PREFIX + name, allow_imports=False)
     if preset is not None:
         graph.params.update(_preset(name, preset))
-    unknown = [key for key in overrides if key not in graph.params]
-    if unknown:
-        declared = ", ".join(graph.params)
-        raise HndlError(
-            [
-                Problem(
-                    "E_PARAM",
-                    f"zoo:{name} has no parameter {key!r}",
-                    expected=f"one of {declared}",
-                    actual=key,
-                    hint=suggestion(key, graph.params),
-                )
-                for key in unknown
-            ],
-            title=f"zoo:{name}",
-        )
-    graph.params.update(overrides)
-    return graph
+    return override_params(graph, overrides, what=PREFIX + name)
 
 
 def presets(name: str) -> dict[str, dict[str, Any]]:
@@ -309,28 +305,11 @@ def from_pretrained(path: str | os.PathLike[str], **overrides: Any) -> GraphModu
     """
     from pathlib import Path
 
-    from ..torch import build_module as build
-    from ._pretrained import PRETRAINED, read_config
-    from ._weights import load_reference_state_dict as load
+    from ._pretrained import build_loaded, pretrained_row
 
     folder = Path(os.fspath(path))
-    config, where = read_config(folder)
-    model_type = config["model_type"]
-    row = PRETRAINED.get(model_type)
-    if row is None:
-        raise HndlError(
-            Problem(
-                "E_SPEC",
-                f"the zoo reproduces no model_type {model_type!r}",
-                expected="one of " + ", ".join(PRETRAINED),
-                actual=repr(model_type),
-                location=where,
-                hint=suggestion(model_type, PRETRAINED),
-            )
-        )
+    row, config, where = pretrained_row(folder)
     graph = get(row.entry, **overrides)  # E_PARAM for an override the entry does not have
     graph.params.update(row.configuration(config, overrides, where))
-    model = build(graph)
     rules = row.rules if row.rules is not None else entry(row.entry).rules
-    load(model, rules, folder, row.entry)
-    return model.eval()
+    return build_loaded(graph, folder, rules, row.entry)

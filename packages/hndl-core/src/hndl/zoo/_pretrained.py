@@ -8,20 +8,32 @@ key rules (by default the entry's own, which accept the hub's key layout). Addin
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._errors import HndlError, Problem
-from ..naming import excerpt, printable, suggestion
+from .._errors import HndlError, Problem, echo
+from ..naming import printable, suggestion
 from ._entries import _BERT_PRESETS, _LLAMA_7B
 
-__all__ = ["PRETRAINED", "Pretrained", "Requirement", "read_config"]
+if TYPE_CHECKING:
+    from .._graph import Graph
+    from ..torch import GraphModule
 
-# A config.json holds a few hundred settings; a larger file is not one.
-_MAX_CONFIG_BYTES = 16 * 1024 * 1024
+__all__ = ["PRETRAINED", "Pretrained", "Requirement", "build_loaded", "pretrained_row", "read_config"]
+
+#: A config.json holds a few hundred settings (a few KB; a classifier's label names, tens of KB); a larger file is
+#: not one.
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+
+class _Wrong(ValueError):
+    """A config field of the wrong type or shape, found while reading an entry parameter from it."""
+
+    def __init__(self, key: str, expected: str, value: Any) -> None:
+        super().__init__(key)
+        self.key, self.expected, self.actual = key, expected, value
 
 
 @dataclass(frozen=True)
@@ -47,10 +59,10 @@ class Requirement:
         value = config.get(self.key, defaults.get(self.key))
         if self.same_as is not None:
             other = config.get(self.same_as, defaults.get(self.same_as))
-            return None if value == other else (f"{other!r} (as {self.same_as})", repr(value))
+            return None if value == other else (f"{echo(other)} (as {self.same_as})", echo(value))
         if any(value == v and type(value) is type(v) for v in self.allowed):
             return None
-        return " or ".join(repr(v) for v in self.allowed), repr(value)
+        return " or ".join(repr(v) for v in self.allowed), echo(value)
 
 
 @dataclass(frozen=True)
@@ -81,13 +93,26 @@ class Pretrained:
             HndlError: E_PARAM for each field the entry cannot reproduce or that is missing without a default.
         """
         merged = {**self.defaults, **config}
-        problems = []
+        problems: list[Problem] = []
         values: dict[str, Any] = {}
         for name, source in self.params.items():
             if name in overrides:
                 continue
             if callable(source):
-                values[name] = source(merged)
+                try:
+                    values[name] = source(merged)
+                except _Wrong as wrong:
+                    if any(p.message.startswith(f"config.json's {wrong.key!r} is ") for p in problems):
+                        continue  # (rope_parameters gives two parameters: named once)
+                    problems.append(
+                        Problem(
+                            "E_PARAM",
+                            f"config.json's {wrong.key!r} is {_type_name(wrong.actual)}, not {wrong.expected}",
+                            expected=wrong.expected,
+                            actual=echo(wrong.actual),
+                            location=where,
+                        )
+                    )
             elif source in merged:
                 values[name] = merged[source]
             else:
@@ -126,10 +151,16 @@ class Pretrained:
 def read_config(folder: Path) -> tuple[dict[str, Any], str]:
     """``folder/config.json`` as a dict, and its path for messages.
 
+    Only a regular file of at most :data:`MAX_CONFIG_BYTES` is read, nesting at most
+    :data:`~hndl.weights._sources.MAX_JSON_DEPTH` levels (a FIFO, ``/dev/zero`` or a huge file is refused
+    unread).
+
     Raises:
         HndlError: E_SPEC when the folder or the file cannot be read, or the file is not a JSON object with a
             string ``model_type``.
     """
+    from ..weights._sources import Unreadable, read_json
+
     path = folder / "config.json"
     where = str(path)
 
@@ -147,17 +178,13 @@ def read_config(folder: Path) -> tuple[dict[str, Any], str]:
             )
         )
     try:
-        if path.stat().st_size > _MAX_CONFIG_BYTES:
-            raise error(f"is larger than {_MAX_CONFIG_BYTES} bytes: not a model configuration")
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = read_json(path, MAX_CONFIG_BYTES)
     except FileNotFoundError:
         raise error("does not exist", hint="a transformers folder holds config.json beside its weights") from None
-    except OSError as exc:
-        raise error(f"cannot be read: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise error(f"is not JSON: {exc}") from None
+    except Unreadable as exc:
+        raise error(f"{exc}: not a model configuration") from None
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
-        got = excerpt(config.get("model_type")) if isinstance(config, dict) else type(config).__name__
+        got = echo(config.get("model_type")) if isinstance(config, dict) else type(config).__name__
         raise error(f"has no model_type (got {got})", hint="config.json names its architecture in 'model_type'")
     return config, where
 
@@ -207,20 +234,36 @@ def _gpt2() -> Pretrained:
     )
 
 
+def _object(config: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """``config[key]`` when it is a JSON object, ``{}`` when it is absent or null; :class:`_Wrong` otherwise."""
+    value = config.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Wrong(key, "an object of settings or null", value)
+    return value
+
+
 def _rope_theta(config: Mapping[str, Any]) -> Any:
     """The rotary base: ``rope_theta`` (transformers 4), or inside ``rope_parameters`` (transformers 5)."""
     if "rope_theta" in config:
         return config["rope_theta"]
-    return (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+    return _object(config, "rope_parameters").get("rope_theta", 10000.0)
 
 
 def _rope_scaling(config: Mapping[str, Any]) -> Any:
     """The rotary frequency scaling as zoo:llama takes it (``rope_type`` and its settings), None for none:
     ``rope_scaling`` (transformers 4) or ``rope_parameters`` without its base (transformers 5)."""
     if config.get("rope_scaling") is not None:
-        return dict(config["rope_scaling"])
-    scaling = {k: v for k, v in (config.get("rope_parameters") or {}).items() if k != "rope_theta"}
+        return dict(_object(config, "rope_scaling"))
+    scaling = {k: v for k, v in _object(config, "rope_parameters").items() if k != "rope_theta"}
     return None if scaling.get("rope_type", "default") == "default" else scaling
+
+
+def _type_name(value: Any) -> str:
+    """A JSON value's kind, as a message names it: ``a number``, ``a list``."""
+    kinds = ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"), (list, "a list"), (dict, "an object"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), type(value).__name__)
 
 
 def _kv_heads(config: Mapping[str, Any]) -> Any:
@@ -302,3 +345,49 @@ def _bert() -> Pretrained:
 
 #: The architectures :func:`hndl.zoo.from_pretrained` reads, by ``model_type``.
 PRETRAINED: dict[str, Pretrained] = {row.model_type: row for row in (_gpt2(), _llama(), _mistral(), _bert())}
+
+
+def pretrained_row(folder: Path) -> tuple[Pretrained, dict[str, Any], str]:
+    """The row of the folder's ``config.json`` (by its ``model_type``), the config and where it was read.
+
+    Raises:
+        HndlError: E_SPEC for a config that cannot be read or a ``model_type`` the zoo does not reproduce.
+    """
+    config, where = read_config(folder)
+    model_type = config["model_type"]
+    row = PRETRAINED.get(model_type)
+    if row is None:
+        raise HndlError(
+            Problem(
+                "E_SPEC",
+                f"the zoo reproduces no model_type {echo(model_type)}",
+                expected="one of " + ", ".join(PRETRAINED),
+                actual=echo(model_type),
+                location=where,
+                hint=suggestion(model_type, PRETRAINED) if len(model_type) <= 100 else None,
+            )
+        )
+    return row, config, where
+
+
+def build_loaded(graph: Graph, folder: Path, rules: Any, entry: str) -> GraphModule:
+    """``graph`` built and loaded from the weights in ``folder``: the weights found first and checked against a
+    meta-device build (no memory for the model, nothing initialised), then the model built and loaded."""
+    import torch
+
+    from ..torch import build_module
+    from ..weights._load import check_state_dict, load_state_dict
+    from ..weights._sources import open_checkpoint
+
+    into, title = f"zoo:{entry}", f"reference weights for zoo:{entry}"
+    # A folder of the wrong weights, or of none, is refused before the model takes memory (a 7B model: 28 GB):
+    # the weights are found first, then checked against a build on the meta device.
+    checkpoint = open_checkpoint(folder)
+    with checkpoint:
+        with torch.device("meta"):
+            skeleton = build_module(graph)
+        check_state_dict(skeleton, checkpoint, rules, into=into, title=title)
+    del skeleton
+    model = build_module(graph)
+    load_state_dict(model, folder, rules, strict=True, into=into, title=title)
+    return model.eval()

@@ -16,9 +16,15 @@ DEFAULT_INPUT_SHAPE: tuple[Any, ...] = ("B", 16)
 _SAFE = re.compile(r"[^A-Za-z0-9_]")
 
 
+#: Pages of the ops folder that are not an op's: an op of such a name gets ``_op`` after it (the ``index`` op's
+#: page is ``index_op.md``; written as ``index.md`` it replaced the list of every op).
+_RESERVED = frozenset({"index"})
+
+
 def page_name(op_name: str) -> str:
     """The file name (without ``.md``) of an op's page."""
-    return _SAFE.sub("_", op_name) or "op"
+    name = _SAFE.sub("_", op_name) or "op"
+    return f"{name}_op" if name in _RESERVED else name
 
 
 def origin(opdef: OpDef) -> str:

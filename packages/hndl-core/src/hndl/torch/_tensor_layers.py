@@ -1,0 +1,131 @@
+"""The layers of the ops that pick, take apart, contract and make tensors: gather, index, unbind, einsum,
+arange, the ``*_like`` and ``new_*`` fills (``hndl.ops._gather``, ``_einsum``, ``_creation``).
+
+Everything is fixed at construction; a size that follows the call is read from an input's shape in ``forward``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["Arange", "Einsum", "FullLike", "Gather", "Index", "NewFull", "Unbind"]
+
+
+class Gather(nn.Module):
+    """``torch.gather(x, dim, index)``."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor, index: Tensor) -> Tensor:
+        return torch.gather(x, self.dim, index)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class Index(nn.Module):
+    """``x[..., i0, ..., i1]``: advanced indexing by integer tensors at the dims ``dims`` (increasing)."""
+
+    def __init__(self, dims: list[int]) -> None:
+        super().__init__()
+        self.dims = tuple(dims)
+        self.width = self.dims[-1] + 1 if self.dims else 0
+
+    def forward(self, x: Tensor, *indices: Tensor) -> Tensor:
+        key: list[Any] = [slice(None)] * self.width
+        for d, i in zip(self.dims, indices):
+            key[d] = i
+        return x[tuple(key)]
+
+    def extra_repr(self) -> str:
+        return f"dims={list(self.dims)}"
+
+
+class Unbind(nn.Module):
+    """``x.unbind(dim)`` into exactly ``size`` parts (a tensor, not a 1-tuple, when ``size`` is 1)."""
+
+    def __init__(self, dim: int, size: int) -> None:
+        super().__init__()
+        self.dim = dim
+        self.size = size
+
+    def forward(self, x: Tensor) -> Tensor | tuple[Tensor, ...]:
+        parts = x.unbind(self.dim)
+        if len(parts) != self.size:
+            # The node has size outputs: another count would hand later nodes the wrong tensors.
+            raise ValueError(f"dim {self.dim} has size {len(parts)}, not the {self.size} the node declares")
+        return parts[0] if self.size == 1 else parts
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, size={self.size}"
+
+
+class Einsum(nn.Module):
+    """``torch.einsum(equation, *operands)``."""
+
+    def __init__(self, equation: str) -> None:
+        super().__init__()
+        self.equation = equation
+
+    def forward(self, *operands: Tensor) -> Tensor:
+        return torch.einsum(self.equation, *operands)
+
+    def extra_repr(self) -> str:
+        return repr(self.equation)
+
+
+class Arange(nn.Module):
+    """``torch.arange(start, x.shape[dim], step)`` on ``x``'s device (int64 unless ``dtype``)."""
+
+    def __init__(self, dim: int, start: int = 0, step: int = 1, dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        self.dim = dim
+        self.start = start
+        self.step = step
+        self.dtype = dtype
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.arange(self.start, x.shape[self.dim], self.step, dtype=self.dtype, device=x.device)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, start={self.start}, step={self.step}, dtype={self.dtype}"
+
+
+class FullLike(nn.Module):
+    """``torch.full_like(x, value, dtype=dtype)``: x's shape and device, x's dtype unless ``dtype``."""
+
+    def __init__(self, value: float, dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        self.value = value
+        self.dtype = dtype
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.full_like(x, self.value, dtype=self.dtype)
+
+    def extra_repr(self) -> str:
+        return f"value={self.value}, dtype={self.dtype}"
+
+
+class NewFull(nn.Module):
+    """``x.new_full(sizes, value, dtype=dtype)``, each size an int or read on every call from a dim of ``x`` or of
+    a second tensor ``like`` (a plan entry ``("x", i)`` or ``("like", i)``)."""
+
+    def __init__(self, plan: list[tuple[str, int] | int], value: float, dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        self.plan = [entry if isinstance(entry, int) else (str(entry[0]), int(entry[1])) for entry in plan]
+        self.value = value
+        self.dtype = dtype
+
+    def forward(self, x: Tensor, like: Tensor | None = None) -> Tensor:
+        sizes = [
+            e if isinstance(e, int) else (x if e[0] == "x" or like is None else like).shape[e[1]] for e in self.plan
+        ]
+        return x.new_full(sizes, self.value, dtype=self.dtype)
+
+    def extra_repr(self) -> str:
+        return f"plan={self.plan}, value={self.value}, dtype={self.dtype}"
