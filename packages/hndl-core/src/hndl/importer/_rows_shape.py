@@ -75,6 +75,12 @@ def _transpose(site: Site) -> Emit:
     return Emit("transpose", [site.tensor("self")], {"dim0": site.args["dim0"], "dim1": site.args["dim1"]})
 
 
+def _swapaxes(site: Site) -> Emit:
+    """``swapaxes``/``swapdims`` (numpy's names, MaxViT's ``SwapAxes``): a transpose under other argument names."""
+    first, second = ("axis0", "axis1") if "axis0" in site.args else ("dim0", "dim1")
+    return Emit("transpose", [site.tensor("self")], {"dim0": site.args[first], "dim1": site.args[second]})
+
+
 def _t(site: Site) -> Emit | Alias:
     x = site.tensor("self")
     if len(site.shape(x)) < 2:
