@@ -395,3 +395,14 @@ def test_echo_list_names_how_many_it_left_out():
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_a_path_too_long_for_the_file_system_is_e_params_not_an_os_error() -> None:
+    # Path.is_dir() raised OSError (File name too long) out of hndl.load_state_dict.
+    from hndl.weights._sources import open_checkpoint
+
+    with pytest.raises(hndl.HndlError) as caught:
+        open_checkpoint("w" * 5000 + ".safetensors")
+    assert caught.value.code == "E_PARAMS"
+    assert "cannot be looked up" in str(caught.value)
+    assert len(str(caught.value)) < 10_000

@@ -238,9 +238,11 @@ class Graph:
             tie: parameters this node's layer shares with another node's, ``{"weight": "wte.weight"}``: the
                 built model holds one ``Parameter`` under both names, as PyTorch does for tied weights.
             when: whether the node exists; in a parameterised subgraph, ``"$name"`` of a bool parameter. A node
-                that does not exist passes its one input through.
-            otherwise: for a node with several inputs and a ``when``, the input that passes through when it does
-                not exist (one of ``inputs``): ``g.add("add", x, h, when="$residual", otherwise=h)``.
+                that does not exist passes its one input through; one with nothing to pass (a ``parameter``) is
+                simply not there, and its readers take their other branch.
+            otherwise: the input that passes through when the node does not exist (one of ``inputs``), for a node
+                with several inputs and a ``when`` (``g.add("add", x, h, when="$residual", otherwise=h)``), or
+                for one that reads a node that is not there.
             **params: the op's parameters. Parameters that follow from shapes (``in_features``) are inferred.
                 ``op`` is positional-only, so a parameter may be called ``self`` or ``op`` (the checker then says
                 whether the op takes it) without a TypeError.

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .._errors import HndlError, Problem, echo, echo_list
+from .._errors import HndlError, Problem, clip, echo, echo_list
 from ..naming import dtype_name, excerpt, printable
 
 __all__ = ["Checkpoint", "Entry", "Unreadable", "inside", "open_checkpoint", "read_json"]
@@ -186,7 +186,9 @@ def inside(folder: Path, path: Path) -> bool:
 
 
 def _error(where: str, message: str, hint: str | None = None) -> HndlError:
-    return HndlError(Problem("E_PARAMS", f"'{printable(where)}' {message}", location=where, hint=hint))
+    # A path is the caller's text: cut, so a very long one cannot push the reason off the message's line.
+    shown = clip(printable(where))
+    return HndlError(Problem("E_PARAMS", f"'{shown}' {message}", location=shown, hint=hint))
 
 
 def open_checkpoint(source: Any) -> Checkpoint:
@@ -219,9 +221,13 @@ def open_checkpoint(source: Any) -> Checkpoint:
         )
     path = Path(os.fspath(source))
     where = str(path)
-    if path.is_dir():
+    try:
+        is_folder, exists = path.is_dir(), path.exists()
+    except OSError as exc:  # a name too long for the file system, a path through a file: nothing to read there
+        raise _error(where, f"cannot be looked up ({exc.strerror or type(exc).__name__})") from None
+    if is_folder:
         return _from_folder(path)
-    if not path.exists():
+    if not exists:
         raise _error(where, "does not exist")
     if path.name.endswith(".json"):
         return _from_index(path)
