@@ -12,6 +12,12 @@ from torch import nn
 from torch.export import Dim
 
 import hndl
+from hndl.importer import MIN_TORCH
+
+pytestmark = pytest.mark.skipif(
+    tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < MIN_TORCH,
+    reason=f"hndl.from_module needs torch {MIN_TORCH}; this is {torch.__version__}",
+)
 
 
 class One(nn.Module):

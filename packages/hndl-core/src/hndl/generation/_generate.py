@@ -44,9 +44,12 @@ def _in_eval(cached: Any) -> Any:
     """What runs the decoding steps: ``cached`` when every module of it is in eval mode, else its eval copy
     (:func:`._derive.eval_copy`: the same tensors and hooks, its own modes). Modes are only read here, never
     set: another thread may be running the same model."""
-    if not any(module.training for module in cached.modules()):
+    # A compiled model's wrapper has a mode of its own, which torch 2.4 leaves True while the model it wraps is in
+    # eval mode: what runs is the wrapped model's layers.
+    compiled = getattr(cached, "_orig_mod", None)
+    if not any(module.training for module in (cached if compiled is None else compiled).modules()):
         return cached
-    if getattr(cached, "_orig_mod", None) is not None:
+    if compiled is not None:
         raise refuse(
             "the compiled model is in train mode (dropout on)",
             "a model in eval mode",
