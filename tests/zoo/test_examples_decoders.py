@@ -48,66 +48,50 @@ def _llama_style_rules(*, attention_out: str = "o_proj") -> tuple[Rule, ...]:
     )
 
 
+#: The config fields every decoder example names its parameters after, passed to transformers as they are.
+_SHARED = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "attention_dropout",
+)
+
+
+def _config(config_class: Any, p: dict[str, Any], own: tuple[str, ...] = (), **fixed: Any) -> Any:
+    """``config_class`` for the spec's parameters ``p``: the shared fields, the model's ``own`` fields, rope from
+    ``rope_theta`` (and ``partial_rotary_factor`` where the spec has one), and ``fixed`` settings."""
+    rope = {"rope_type": "default", "rope_theta": p["rope_theta"]}
+    if "partial_rotary_factor" in p:
+        rope["partial_rotary_factor"] = p["partial_rotary_factor"]
+    fields = {name: p[name] for name in (*_SHARED, *own)}
+    return config_class(**fields, rope_parameters=rope, initializer_range=INIT, attn_implementation="sdpa", **fixed)
+
+
 def _qwen2(tf: Any, p: dict[str, Any]) -> Any:
-    config = tf.Qwen2Config(
-        vocab_size=p["vocab_size"],
-        hidden_size=p["hidden_size"],
-        intermediate_size=p["intermediate_size"],
-        num_hidden_layers=p["num_hidden_layers"],
-        num_attention_heads=p["num_attention_heads"],
-        num_key_value_heads=p["num_key_value_heads"],
-        rope_parameters={"rope_type": "default", "rope_theta": p["rope_theta"]},
-        rms_norm_eps=p["rms_norm_eps"],
-        attention_dropout=p["attention_dropout"],
-        tie_word_embeddings=True,
-        initializer_range=INIT,
-        attn_implementation="sdpa",
-    )
-    return tf.Qwen2ForCausalLM(config)
+    return tf.Qwen2ForCausalLM(_config(tf.Qwen2Config, p, ("rms_norm_eps",), tie_word_embeddings=True))
 
 
 def _gemma(tf: Any, p: dict[str, Any]) -> Any:
-    config = tf.GemmaConfig(
-        vocab_size=p["vocab_size"],
-        hidden_size=p["hidden_size"],
-        intermediate_size=p["intermediate_size"],
-        num_hidden_layers=p["num_hidden_layers"],
-        num_attention_heads=p["num_attention_heads"],
-        num_key_value_heads=p["num_key_value_heads"],
-        head_dim=p["head_dim"],
+    config = _config(
+        tf.GemmaConfig,
+        p,
+        ("head_dim", "rms_norm_eps", "attention_bias"),
         hidden_act="gelu_pytorch_tanh",
-        rope_parameters={"rope_type": "default", "rope_theta": p["rope_theta"]},
-        rms_norm_eps=p["rms_norm_eps"],
-        attention_bias=p["attention_bias"],
-        attention_dropout=p["attention_dropout"],
         tie_word_embeddings=True,
-        initializer_range=INIT,
-        attn_implementation="sdpa",
     )
     return tf.GemmaForCausalLM(config)
 
 
 def _phi(tf: Any, p: dict[str, Any]) -> Any:
-    config = tf.PhiConfig(
-        vocab_size=p["vocab_size"],
-        hidden_size=p["hidden_size"],
-        intermediate_size=p["intermediate_size"],
-        num_hidden_layers=p["num_hidden_layers"],
-        num_attention_heads=p["num_attention_heads"],
-        num_key_value_heads=p["num_key_value_heads"],
-        rope_parameters={
-            "rope_type": "default",
-            "rope_theta": p["rope_theta"],
-            "partial_rotary_factor": p["partial_rotary_factor"],
-        },
-        layer_norm_eps=p["layer_norm_eps"],
-        attention_dropout=p["attention_dropout"],
-        resid_pdrop=p["resid_pdrop"],
-        embd_pdrop=p["embd_pdrop"],
+    config = _config(
+        tf.PhiConfig,
+        p,
+        ("layer_norm_eps", "resid_pdrop", "embd_pdrop"),
         hidden_act="gelu_new",
         tie_word_embeddings=False,
-        initializer_range=INIT,
-        attn_implementation="sdpa",
     )
     return tf.PhiForCausalLM(config)
 
