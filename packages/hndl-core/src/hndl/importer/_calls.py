@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._fallback import NotRebuildable, Rebuilt
+from ._site import is_tensor_node
 from ._table import Call, Emit
 from ._trace import reads_training
 
-__all__ = ["CallInfo", "Calls", "class_name", "is_tensor_node"]
+__all__ = ["CallInfo", "Calls", "class_name"]
 
 
 @dataclass
@@ -198,10 +199,3 @@ def class_name(module: Any, full: bool = False) -> str:
     """The class name of ``module`` (``full``: with its module, ``torch.nn.modules.linear.Linear``)."""
     cls = type(module)
     return f"{cls.__module__}.{cls.__qualname__}" if full else cls.__name__
-
-
-def is_tensor_node(value: Any) -> bool:
-    """Whether ``value`` is a traced value holding a tensor."""
-    import torch
-
-    return hasattr(value, "meta") and isinstance(value.meta.get("val"), torch.Tensor)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._site import Emit, Unsupported, _is_tensor_node
+from ._site import Emit, Unsupported, is_tensor_node
 
 # --- layers -------------------------------------------------------------------------------------------------
 
@@ -40,9 +40,9 @@ def _state_keys(call: Call, names: Mapping[str, str]) -> dict[str, str]:
 
 
 def _one_input(call: Call) -> Any:
-    if len(call.args) != 1 or call.kwargs or not _is_tensor_node(call.args[0]):
+    if len(call.args) != 1 or call.kwargs or not is_tensor_node(call.args[0]):
         raise Unsupported("called with other arguments than one tensor")
-    if len(call.outputs) != 1 or not _is_tensor_node(call.outputs[0]):
+    if len(call.outputs) != 1 or not is_tensor_node(call.outputs[0]):
         raise Unsupported("returns something other than one tensor")
     return call.args[0]
 
@@ -68,7 +68,7 @@ def _multihead_attention(call: Call) -> Emit:
     """``nn.MultiheadAttention`` used as self-attention (``m(x, x, x)``, batch first, no mask) -> ``attention``."""
     m = call.module
     q, k, v = ([*list(call.args), None, None, None])[:3]
-    if not (_is_tensor_node(q) and q is k and k is v):
+    if not (is_tensor_node(q) and q is k and k is v):
         raise Unsupported("not self-attention: query, key and value are not one tensor")
     options = dict(
         zip(("key_padding_mask", "need_weights", "attn_mask", "average_attn_weights", "is_causal"), call.args[3:])
@@ -101,7 +101,7 @@ def _recurrent(op: str) -> Callable[[Call], Emit]:
 
     def row(call: Call) -> Emit:
         m = call.module
-        if len(call.args) != 1 or call.kwargs or not _is_tensor_node(call.args[0]):
+        if len(call.args) != 1 or call.kwargs or not is_tensor_node(call.args[0]):
             raise Unsupported("called with an initial state or other arguments than one tensor")
         if not m.batch_first or getattr(m, "proj_size", 0) != 0:
             raise Unsupported("batch_first=False or proj_size")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._site import Alias, Emit, Row, Site, Unsupported, _is_tensor_node, _show
+from ._site import Alias, Emit, Row, Site, Unsupported, _show, is_tensor_node
 
 # --- rows ---------------------------------------------------------------------------------------------------
 
@@ -33,7 +33,7 @@ def _binary(op: str, scalar: Callable[[Site, Any, Any], Emit] | None = None, num
         other = site.args.get("other")
         if site.args.get("alpha", 1) != 1:
             raise Unsupported(f"{op} with alpha={site.args['alpha']!r}")
-        if _is_tensor_node(other):
+        if is_tensor_node(other):
             return Emit(op, [a, other])
         if scalar is not None:
             return scalar(site, a, other)
@@ -68,7 +68,7 @@ def _rsub(site: Site) -> Emit:
         raise Unsupported(f"rsub with alpha={site.args['alpha']!r}")
     x = site.tensor("self")
     other = site.args.get("other")
-    if _is_tensor_node(other):
+    if is_tensor_node(other):
         return Emit("sub", [other, x])
     return Emit("sub", [x], {"a": _constant(other, "rsub")})
 
@@ -77,9 +77,9 @@ def _power(site: Site) -> Emit:
     """``x ** y``, ``x ** n`` (the number is ``b``) and ``n ** x`` (``pow.Scalar``: the number is ``a``)."""
     exponent = site.args.get("exponent")
     base = site.args.get("self")
-    if not _is_tensor_node(base):
+    if not is_tensor_node(base):
         return Emit("pow", [site.tensor("exponent")], {"a": _constant(base, "pow")})
-    if _is_tensor_node(exponent):
+    if is_tensor_node(exponent):
         return Emit("pow", [base, exponent])
     return Emit("pow", [base], {"b": _constant(exponent, "pow")})
 
@@ -128,7 +128,7 @@ def _clamp(*bounds: str) -> Row:
         params: dict[str, Any] = {}
         for name in bounds:
             value = site.args.get(name)
-            if _is_tensor_node(value):
+            if is_tensor_node(value):
                 raise Unsupported(f"clamp with a tensor {name} (hndl's clamp takes number bounds)")
             if value is not None:
                 params[name] = _constant(value, "clamp")
@@ -143,7 +143,7 @@ def _where(site: Site) -> Emit:
     params: dict[str, Any] = {}
     for port, name in (("a", "self"), ("b", "other")):
         value = site.args.get(name)
-        if _is_tensor_node(value):
+        if is_tensor_node(value):
             inputs.append(value)
         else:
             params[port] = _constant(value, "where")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._site import _INT64_MAX, Alias, Emit, Row, Site, Unsupported, _is_tensor_node
+from ._site import _INT64_MAX, Alias, Emit, Row, Site, Unsupported, is_tensor_node
 
 
 def _alias(site: Site) -> Alias:
@@ -197,7 +197,7 @@ def _holder(site: Site, sizes: list[Any]) -> Any:
             candidates.append(value.args[0])
     candidates.append(site.args.get("self"))
     for c in candidates:
-        if _is_tensor_node(c) and all(any(sym.same(s, d) for d in c.meta["val"].shape) for s in sizes):
+        if is_tensor_node(c) and all(any(sym.same(s, d) for d in c.meta["val"].shape) for s in sizes):
             return c
     return None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._rows import _floating
-from ._site import Emit, Row, Site, Unsupported, _is_tensor_node, _show
+from ._site import Emit, Row, Site, Unsupported, _show, is_tensor_node
 
 # --- issue 37's ops: reductions, scans, picking by tensors, einsum, tensors made at the call's sizes ---------------
 
@@ -26,7 +26,7 @@ def _size_source(site: Site, size: Any) -> tuple[Any, int]:
     for n in site.node.graph.nodes:
         held = n.meta.get("val") if n.op == "placeholder" and n.name not in site.parameters else None
         for i, d in enumerate(getattr(held, "shape", ())):
-            if _is_tensor_node(n) and site.symbols.same(d, value):
+            if is_tensor_node(n) and site.symbols.same(d, value):
                 return n, i
     raise Unsupported(f"no traced tensor has the size {site.symbols.entry(value)}")
 
@@ -128,7 +128,7 @@ def _diff(site: Site) -> Emit:
     dim = _int_argument(site, "dim", -1)
     parts = [site.args.get("prepend"), x, site.args.get("append")]
     for name, part in (("prepend", parts[0]), ("append", parts[2])):
-        if part is not None and not _is_tensor_node(part):
+        if part is not None and not is_tensor_node(part):
             raise Unsupported(f"diff with the constant {name} {_show(part)}")
     taken = [p for p in parts if p is not None]
     source: Any = x if len(taken) == 1 else Emit("concat", taken, {"dim": dim})
@@ -152,7 +152,7 @@ def _index(site: Site) -> Emit:
     for d, entry in enumerate(entries):
         if entry is None:
             continue
-        if not _is_tensor_node(entry):
+        if not is_tensor_node(entry):
             raise Unsupported(f"indexing by {_show(entry)}")
         if entry.meta["val"].dtype not in (torch.int64, torch.int32):
             raise Unsupported(

@@ -10,7 +10,7 @@ from typing import Any
 
 from ._symbols import Symbols
 
-__all__ = ["Alias", "Emit", "Port", "Row", "Site", "Unsupported"]
+__all__ = ["Alias", "Emit", "Port", "Row", "Site", "Unsupported", "is_tensor_node"]
 #: torch's "until the end" for slices (``x[a:]`` traces as ``end=2**63-1``).
 _INT64_MAX = 2**63 - 1
 
@@ -73,13 +73,13 @@ class Site:
     def tensor(self, name: str) -> Any:
         """The traced tensor passed as ``name``."""
         value = self.args.get(name)
-        if not _is_tensor_node(value):
+        if not is_tensor_node(value):
             raise Unsupported(f"argument {name!r} is {_show(value)}, not a tensor")
         return value
 
     def tensors(self, name: str) -> list[Any]:
         values = self.args.get(name)
-        if not isinstance(values, (list, tuple)) or not all(_is_tensor_node(v) for v in values):
+        if not isinstance(values, (list, tuple)) or not all(is_tensor_node(v) for v in values):
             raise Unsupported(f"argument {name!r} is not a list of tensors")
         return list(values)
 
@@ -121,7 +121,8 @@ class Site:
         return value
 
 
-def _is_tensor_node(value: Any) -> bool:
+def is_tensor_node(value: Any) -> bool:
+    """Whether ``value`` is a traced value holding a tensor."""
     import torch
 
     return hasattr(value, "meta") and isinstance(value.meta.get("val"), torch.Tensor)

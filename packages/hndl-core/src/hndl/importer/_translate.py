@@ -38,7 +38,7 @@ from .._graph import Handle
 from .._registry import registry
 from ._aliases import Aliases
 from ._buffers import keep_state, program_tensors
-from ._calls import CallInfo, Calls, class_name, is_tensor_node
+from ._calls import CallInfo, Calls, class_name
 from ._dtype_follow import Followers, Following, find_following
 from ._fallback import NotRebuildable, Rebuilt, rebuild
 from ._fold import META_ONLY, fold
@@ -46,6 +46,7 @@ from ._imported import Fallback, ImportedGraph
 from ._inputs import add_inputs, input_specs
 from ._messages import import_error
 from ._refusals import Refusals, reason
+from ._site import is_tensor_node
 from ._symbols import NotExpressible, name_symbols
 from ._table import FUNCTIONS, PENDING, Alias, Emit, Port, Site, Unsupported, module_row
 from ._trace import Traced

@@ -13,7 +13,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from .._contracts import DTYPE_CATEGORIES, TensorType, Variadic, format_shape, never_equal, unknown_dim
+from .._contracts import DTYPE_CATEGORIES, DTYPES, TensorType, Variadic, format_shape, never_equal, unknown_dim
 from .._dims import Dim, dim_add, dim_floordiv, dim_mul, dim_sub, format_dim
 from .._registry import InferError
 
@@ -359,6 +359,34 @@ def check_window_padding(kernel: tuple[int, ...], padding: tuple[int, ...]) -> N
             )
 
 
+def concrete_dtype(p: Any) -> str | None:
+    """An op's ``dtype`` parameter, which must name a dtype (``float32``), not a category (``float``); ``None``
+    when it is not given. Shared by the ops that take one (reductions, ``arange``, the ``*_like``/``new_*``
+    tensors).
+
+    Raises:
+        InferError: E_PARAM for a category.
+    """
+    if p.dtype is None:
+        return None
+    if p.dtype not in DTYPES:
+        raise InferError(
+            f"dtype must be a concrete dtype, got the category {p.dtype!r}",
+            code="E_PARAM",
+            param="dtype",
+            expected="a dtype such as float32, int64, bool",
+            actual=p.dtype,
+        )
+    return str(p.dtype)
+
+
+def torch_dtype(name: str | None) -> Any:
+    """The torch dtype named ``name`` (``None`` for none), imported only when a builder asks."""
+    import torch
+
+    return None if name is None else getattr(torch, name)
+
+
 __all__ = [
     "Requirement",
     "DEFAULT_FLOAT",
@@ -370,6 +398,7 @@ __all__ = [
     "broadcast_shapes",
     "check_window_padding",
     "collect_requirements",
+    "concrete_dtype",
     "norm_dim",
     "open_at",
     "open_index",
@@ -381,5 +410,6 @@ __all__ = [
     "provably_different",
     "shape_of_rank",
     "to_floating",
+    "torch_dtype",
     "window_out",
 ]

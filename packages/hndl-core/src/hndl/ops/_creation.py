@@ -11,32 +11,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._contracts import DTYPES, TensorType
+from .._contracts import TensorType
 from .._dims import Dim, dim_add, dim_floordiv, dim_sub
 from .._registry import InferError, Param, Params, Port, op
-from ._common import norm_dim, open_at, open_index, require
+from ._common import concrete_dtype, norm_dim, open_at, open_index, require, torch_dtype
 from ._tensor import _Sizes, resolve_sizes
 
 
 def _dtype(p: Params, default: str) -> str:
     """The ``dtype`` parameter (a concrete dtype), or ``default`` when it is not given."""
-    if p.dtype is None:
-        return default
-    if p.dtype not in DTYPES:
-        raise InferError(
-            f"dtype must be a concrete dtype, got the category {p.dtype!r}",
-            code="E_PARAM",
-            param="dtype",
-            expected="a dtype such as float32, int64, bool",
-            actual=p.dtype,
-        )
-    return str(p.dtype)
-
-
-def _torch_dtype(name: str | None) -> Any:
-    import torch
-
-    return None if name is None else getattr(torch, name)
+    return concrete_dtype(p) or default
 
 
 # --- arange ---------------------------------------------------------------------------------------------
@@ -115,7 +99,7 @@ def arange(p: Params, inputs: Sequence[TensorType]) -> Any:
     """
     from ..torch.layers import Arange
 
-    return Arange(p.dim, p.start, p.step, _torch_dtype(p.dtype))
+    return Arange(p.dim, p.start, p.step, torch_dtype(p.dtype))
 
 
 # --- zeros_like, ones_like, full_like -------------------------------------------------------------------
@@ -138,7 +122,7 @@ def _like_op(name: str, value: float | None) -> None:
     def build(p: Params, inputs: Sequence[TensorType]) -> Any:
         from ..torch.layers import FullLike
 
-        return FullLike(p.value if value is None else value, _torch_dtype(p.dtype))
+        return FullLike(p.value if value is None else value, torch_dtype(p.dtype))
 
     build.__doc__ = (
         f"A tensor of x's shape filled with {_fill_text(value)} (``torch.{name}(x)``), in x's dtype unless "
@@ -200,7 +184,7 @@ def _new_op(name: str, value: float | None) -> None:
 
         like = inputs[1].shape if len(inputs) > 1 else None
         plan = resolve_sizes(p.shape, inputs[0].shape or (), like)
-        return NewFull(plan, p.value if value is None else value, _torch_dtype(p.dtype))
+        return NewFull(plan, p.value if value is None else value, torch_dtype(p.dtype))
 
     build.__doc__ = (
         f"A tensor of ``shape`` filled with {_fill_text(value)} (``x.{name}(shape)``), in x's dtype unless "

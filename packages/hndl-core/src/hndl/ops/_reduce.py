@@ -10,27 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._contracts import DTYPES, TensorType, format_shape
+from .._contracts import TensorType, format_shape
 from .._dims import Dim, dim_sub
 from .._registry import InferError, Param, Params, Port, op
-from ._common import norm_dim, open_at, open_index, promote, require
+from ._common import concrete_dtype, norm_dim, open_at, open_index, promote, require, torch_dtype
 
 # --- shared ---------------------------------------------------------------------------------------------
-
-
-def _concrete_dtype(p: Params) -> str | None:
-    """The ``dtype`` parameter, which must name a dtype (not a category), or ``None`` when not given."""
-    if p.dtype is None:
-        return None
-    if p.dtype not in DTYPES:
-        raise InferError(
-            f"dtype must be a concrete dtype, got the category {p.dtype!r}",
-            code="E_PARAM",
-            param="dtype",
-            expected="a dtype such as float32, int64",
-            actual=p.dtype,
-        )
-    return str(p.dtype)
 
 
 def accumulated(dtype: str) -> str:
@@ -94,7 +79,7 @@ def _dims_param(p: Params) -> tuple[int, ...] | None:
 
 def _sum_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     t = inputs[0]
-    dtype = _concrete_dtype(p) or accumulated(t.dtype)
+    dtype = concrete_dtype(p) or accumulated(t.dtype)
     return [TensorType(reduced_shape(t, _dims_param(p), p.keepdim), dtype)]
 
 
@@ -134,14 +119,8 @@ def sum_(p: Params, inputs: Sequence[TensorType]) -> Any:
 
     kwargs: dict[str, Any] = {"dim": None if p.dim is None else tuple(p.dim), "keepdim": p.keepdim}
     if p.dtype is not None:
-        kwargs["dtype"] = _torch_dtype(p.dtype)
+        kwargs["dtype"] = torch_dtype(p.dtype)
     return Unary("torch.sum", **kwargs)
-
-
-def _torch_dtype(name: str) -> Any:
-    import torch
-
-    return getattr(torch, name)
 
 
 def _norm_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
@@ -249,7 +228,7 @@ def _scan_dim(t: TensorType, dim: int) -> int | None:
 def _cumsum_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     t = inputs[0]
     _scan_dim(t, p.dim)  # validates the dim
-    return [TensorType(t.shape, _concrete_dtype(p) or accumulated(t.dtype))]
+    return [TensorType(t.shape, concrete_dtype(p) or accumulated(t.dtype))]
 
 
 @op(
@@ -278,7 +257,7 @@ def cumsum(p: Params, inputs: Sequence[TensorType]) -> Any:
 
     kwargs: dict[str, Any] = {"dim": p.dim}
     if p.dtype is not None:
-        kwargs["dtype"] = _torch_dtype(p.dtype)
+        kwargs["dtype"] = torch_dtype(p.dtype)
     return Unary("torch.cumsum", **kwargs)
 
 
