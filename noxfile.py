@@ -261,9 +261,16 @@ def tests_torch24(session: nox.Session) -> None:
 
 @nox.session
 def onnx(session: nox.Session) -> None:
-    """ONNX export (torch.onnx.export, dynamo=True) checked against onnxruntime, with the hndl-core[onnx] extra."""
+    """ONNX export (torch.onnx.export, dynamo=True) checked against onnxruntime, with the hndl-core[onnx] extra;
+    also the docs' ONNX blocks (docs/interop.md, docs/ecosystem.md), which every other session skips."""
     session.install(*TORCH_213, f"{CORE}[onnx]", *TEST_DEPS)
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/core/test_interop_onnx.py", *session.posargs)
+    args = session.posargs or [
+        "tests/core/test_interop_onnx.py",
+        "tests/docs/test_doc_examples.py",
+        "-k",
+        "onnx or interop or ecosystem",
+    ]
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *args)
 
 
 # --- the model zoo's references (issue 12) ------------------------------------------------------------------
@@ -275,16 +282,20 @@ def reference(session: nox.Session) -> None:
 
     They do not import beside the torch 2.13 CPU build of the other sessions (PyPI's torchvision fails with
     ``operator torchvision::nms does not exist``), so this session installs torch 2.14.1 and torchvision 0.29.1
-    (local disk, pinned by constraints/torch-2.14.txt) and timm and transformers from the registry. Every
-    reference is built from code with random weights: nothing is downloaded from a model hub. By default it runs
-    tests/zoo and the docs' examples (docs/weights.md loads torchvision weights); other arguments go to pytest:
+    (local disk, pinned by constraints/torch-2.14.txt) and timm, transformers, peft and accelerate (HF Trainer
+    needs it) from the registry. Every reference is built from code with random weights: nothing is downloaded
+    from a model hub. By default it runs tests/zoo and the docs' examples (docs/weights.md loads torchvision weights); other arguments go to pytest:
     ``nox -s reference -- -m benchmark benchmarks/test_bench_zoo.py`` runs the zoo benchmarks and rewrites
     docs/zoo-performance.md.
     """
     pin = ["-c", os.path.join("constraints", "torch-2.14.txt")]
     session.install(*pin, "torch==2.14.1", "torchvision==0.29.1")
-    session.install(*pin, "timm", "transformers", CORE, FUNC, *TEST_DEPS)
-    session.run("python", "-c", "import torch, torchvision, timm, transformers; print('torch', torch.__version__)")
+    session.install(*pin, "timm", "transformers", "peft", "accelerate", CORE, FUNC, *TEST_DEPS)
+    session.run(
+        "python",
+        "-c",
+        "import torch, torchvision, timm, transformers, peft, accelerate; print('torch', torch.__version__)",
+    )
     args = session.posargs or ["tests/zoo", "tests/docs/test_doc_examples.py"]
     # Pinned malloc thresholds, as in `bench`: the zoo and checkpointing benchmarks run here. Unpinned, a resnet50
     # training step at batch 16 page-faulted 150,000-470,000 times, differently on each side and each step

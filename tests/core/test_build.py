@@ -158,11 +158,11 @@ def test_a_value_nothing_reads_dies_at_the_step_that_makes_it():
 def test_node_module_finds_a_nodes_live_layer_or_none():
     model = hndl.build(residual())
     for step in model.plan.steps:
-        assert model.node_module(step.node.path) is model.get_submodule("nodes." + ".".join(step.node.path))
-    assert model.node_module(("n_missing",)) is None
+        assert model.node_module(step.node.path) is model.get_submodule(".".join(step.node.path))
+    assert model.node_module(("nodes", "n_missing")) is None
     model.nodes.n_blocks[0]._modules["n_swap"] = None
-    assert model.node_module(("n_blocks", "1", "n_swap")) is not None
-    assert model.node_module(("n_blocks", "0", "n_swap")) is None
+    assert model.node_module(("nodes", "n_blocks", "1", "n_swap")) is not None
+    assert model.node_module(("nodes", "n_blocks", "0", "n_swap")) is None
 
 
 def test_code_is_the_generated_source_and_names_every_node():

@@ -206,7 +206,7 @@ def test_subgraphs_infer_each_repetition_on_its_own():
     (node,) = checked.nodes
     assert [sub.nodes[0].params["in_features"] for sub in node.body] == [3, 8, 8]
     assert [sub.nodes[0].qualname for sub in node.body] == ["blocks.0.fc", "blocks.1.fc", "blocks.2.fc"]
-    assert node.body[1].nodes[0].path == ("n_blocks", "1", "n_fc")
+    assert node.body[1].nodes[0].path == ("nodes", "n_blocks", "1", "n_fc")
     assert str(checked.output_types[0]) == "[B, 8] float"
 
 

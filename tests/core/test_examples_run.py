@@ -17,12 +17,13 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RUNNABLE = sorted(p for p in EXAMPLES.glob("*.yaml") if p.name != "broken.yaml")
 #: Values for the symbols of the examples' inputs: small, and different from each other so that a mix-up of
 #: two dims shows.
-SIZES = {"B": 2, "T": 5, "S": 7, "H": 8, "W": 12}
+SIZES = {"B": 2, "T": 5, "S": 7, "H": 8, "W": 12, "h": 1, "w": 1}  # h, w: MaxViT, UNet tiles
 
 
 def sizes(graph: hndl.Graph) -> dict[str, int]:
-    """SIZES, raised to the minimum an input's ``ranges`` declare (ConvNeXt-V2's H and W are at least 32)."""
-    out = dict(SIZES)
+    """SIZES, raised to the minimum an input's ``ranges`` declare (ConvNeXt-V2's H and W are at least 32), and the
+    integer graph parameters an input's shape names (DeiT's [B, in_chans, img_size, img_size])."""
+    out = {**SIZES, **{k: v for k, v in graph.params.items() if type(v) is int}}
     for spec in graph.inputs.values():
         for r in spec.contract.ranges:
             if r.minimum is not None:

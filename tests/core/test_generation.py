@@ -68,7 +68,7 @@ def test_the_cached_variant_holds_the_plain_models_weight_tensors() -> None:
     ids = torch.randint(0, 100, (1, 4))
     before = hndl.generate(m, ids, 6)
     with torch.no_grad():
-        m.nodes["n_ln_f"].weight.mul_(-1)  # changed in place: both see it (the logits change sign)
+        m.layer("ln_f").weight.mul_(-1)  # changed in place: both see it (the logits change sign)
     assert torch.equal(hndl.generate(m, ids, 6), recompute_greedy(m, ids, 6))
     assert not torch.equal(before, hndl.generate(m, ids, 6))
 
@@ -292,7 +292,7 @@ def test_regression_a_converted_plain_model_generates_in_its_dtype() -> None:
     single = hndl.generate(m, ids, 6)
     m.double()
     assert torch.equal(hndl.generate(m, ids, 6), single)
-    assert with_kv_cache(m).nodes["n_lm_head"].weight.dtype == torch.float64
+    assert with_kv_cache(m).layer("lm_head").weight.dtype == torch.float64
     assert with_kv_cache(m).summary(B=1, M=10).cache_bytes == 2 * (2 * 1 * 2 * 10 * 16) * 8
     m.to(torch.bfloat16)
     assert hndl.generate(m, ids, 6).shape == (2, 11)

@@ -119,7 +119,7 @@ def test_generate_ignored_a_replaced_layer_a_scaled_linear(kv_cache: str) -> Non
     m = llama().eval()
     ids = torch.randint(0, 256, (2, 5), generator=torch.Generator().manual_seed(1))
     before = hndl.generate(m, ids, 8, kv_cache=kv_cache)
-    m.replace_layer("lm_head", Scaled(m.nodes["n_lm_head"], -1.0))  # greedy then takes the least likely token
+    m.replace_layer("lm_head", Scaled(m.layer("lm_head"), -1.0))  # greedy then takes the least likely token
     after = hndl.generate(m, ids, 8, kv_cache=kv_cache)
     assert torch.equal(after, recompute_greedy(m, ids, 8))
     assert not torch.equal(after, before)
@@ -129,7 +129,7 @@ def test_generate_ignored_a_replaced_layer_a_scaled_linear(kv_cache: str) -> Non
 def test_a_lora_wrapper_around_a_linear_was_a_raw_runtime_error(name: str) -> None:
     m = gpt2() if name == "gpt2" else llama()
     node = "h.0.c_fc" if name == "gpt2" else "layers.0.gate_proj"
-    lora = LoRA(m.nodes.n_h[0].n_c_fc if name == "gpt2" else m.nodes.n_layers[0].n_gate_proj)
+    lora = LoRA(m.layer(node))
     m.replace_layer(node, lora)
     m.eval()
     ids = torch.randint(0, GPT2["vocab_size"], (2, 4), generator=torch.Generator().manual_seed(2))
@@ -145,15 +145,15 @@ def test_a_lora_wrapper_around_a_linear_was_a_raw_runtime_error(name: str) -> No
 def test_a_second_replacement_is_carried_too() -> None:
     m = llama().eval()
     ids = torch.randint(0, 256, (1, 4), generator=torch.Generator().manual_seed(3))
-    m.replace_layer("layers.1.down_proj", Scaled(m.nodes.n_layers[1].n_down_proj, 4.0))
+    m.replace_layer("layers.1.down_proj", Scaled(m.layer("layers.1.down_proj"), 4.0))
     hndl.generate(m, ids, 6)
-    m.replace_layer("lm_head", Scaled(m.nodes["n_lm_head"], -1.0))
+    m.replace_layer("lm_head", Scaled(m.layer("lm_head"), -1.0))
     assert torch.equal(hndl.generate(m, ids, 6), recompute_greedy(m, ids, 6))
 
 
 def test_a_replaced_attention_layer_is_refused_not_ignored() -> None:
     m = llama()
-    attn = m.nodes.n_layers[0].n_self_attn
+    attn = m.layer("layers.0.self_attn")
     m.replace_layer("layers.0.self_attn", Scaled(attn, 1.0))
     problem = refused(m, torch.zeros(1, 3, dtype=torch.long), 2)
     assert problem.code == "E_INPUT"
@@ -176,7 +176,7 @@ def test_a_replaced_layer_at_a_node_the_variant_lacks_is_refused() -> None:
 
 def test_a_layer_swapped_without_replace_layer_is_refused_as_the_model_would() -> None:
     m = llama()
-    m.nodes.n_layers[0].n_gate_proj = nn.Identity()
+    m.model.layers[0].mlp.gate_proj = nn.Identity()
     problem = refused(m, torch.zeros(1, 3, dtype=torch.long), 2)
     assert problem.code == "E_INPUT"
     assert "no longer matches its build" in problem.message
@@ -185,7 +185,7 @@ def test_a_layer_swapped_without_replace_layer_is_refused_as_the_model_would() -
 def test_a_forward_hook_on_a_layer_sees_the_generation() -> None:
     m = gpt2().eval()
     seen: list[tuple[int, ...]] = []
-    m.nodes.n_h[1].n_c_fc.register_forward_hook(lambda mod, args, out: seen.append(tuple(out.shape)))
+    m.layer("h.1.c_fc").register_forward_hook(lambda mod, args, out: seen.append(tuple(out.shape)))
     hndl.generate(m, torch.randint(0, 100, (1, 4)), 3)
     assert seen == [(1, 4, 256), (1, 1, 256), (1, 1, 256)]  # the prefill, then one token a step
 

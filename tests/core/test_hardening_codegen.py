@@ -96,14 +96,13 @@ def test_generated_code_parses_to_exactly_the_expected_statements(echo_op: str) 
     assert [type(node).__name__ for node in tree.body] == ["FunctionDef", "FunctionDef"]
     unchecked = next(f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "unchecked")
     assert [ast.unparse(statement) for statement in unchecked.body] == [
-        "nodes = self.nodes",
-        "v0 = nodes['n_m0'](a0, a1)",
+        "v0 = self.nodes.n_m0(a0, a1)",
         "del a0, a1",
-        "v1 = nodes['n_sig'][0]['n___import__'](v0)",
+        "v1 = self.nodes.n_sig[0].n___import__(v0)",
         "del v0",
-        "v2 = nodes['n_sig'][1]['n___import__'](v1)",
+        "v2 = self.nodes.n_sig[1].n___import__(v1)",
         "del v1",
-        "v3 = nodes['n_v0'](v2)",
+        "v3 = self.nodes.n_v0(v2)",
         "del v2",
         "return v3",
     ]

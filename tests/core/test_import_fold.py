@@ -197,6 +197,73 @@ def test_a_tensor_written_in_place_does_not_fold() -> None:
     assert "aten.ones.default: a tensor of a fixed size that did not fold at import" in str(err.value)
 
 
+class ShiftMask(nn.Module):
+    """torchvision Swin's shifted-window mask: ``new_zeros`` of the input's H, W, filled region by region through
+    slices in place (``fill_``), then ``masked_fill``; ``copy_`` and ``index_put_`` write it too."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = x.new_zeros((x.shape[-2], x.shape[-1]))
+        regions = ((0, -2), (-2, -1), (-1, None))
+        count = 0
+        for h in regions:
+            for w in regions:
+                m[h[0] : h[1], w[0] : w[1]] = count
+                count += 1
+        m[0].copy_(torch.arange(m.shape[1]))
+        m[torch.tensor([1, 2]), torch.tensor([0, 3])] = 7.0
+        d = m.reshape(-1).unsqueeze(1) - m.reshape(-1).unsqueeze(0)
+        d = d.masked_fill(d != 0, -100.0).masked_fill(d == 0, 0.0)
+        return x.flatten(-2).unsqueeze(-1) + d
+
+
+def test_a_mask_filled_by_slices_in_place_was_refused_by_folding() -> None:
+    # Folding refused every tensor written in place, so Swin's mask (issue 37) raised E_IMPORT for fill_. A tensor
+    # made inside the folded region and written there by values that fold is a constant too: one buffer.
+    net = ShiftMask()
+    graph, model = imported(net, torch.randn(2, 3, 4, 4), dynamic_shapes=({0: Dim("B")},))
+    used = [op for op, _ in ops(graph)]
+    assert used.count("buffer") == 1
+    assert not {"fill", "masked_fill", "index_put"} & set(used)
+    for batch in (1, 5):
+        x = torch.randn(batch, 3, 4, 4)
+        with torch.no_grad():
+            assert torch.equal(model(x), net(x))
+    x = torch.randn(3, 3, 4, 4, dtype=torch.float64)  # new_zeros follows x's dtype: so does the buffer
+    with torch.no_grad():
+        assert torch.equal(model.double()(x), net(x))
+
+
+def test_a_mask_filled_in_place_at_dynamic_sizes_says_why_it_does_not_fold() -> None:
+    # At symbolic H, W the mask differs from call to call: no constant of one size stands for it, and no op writes
+    # into part of a tensor, so the import refuses, naming the write and its line.
+    with pytest.raises(hndl.HndlError) as err:
+        hndl.from_module(
+            ShiftMask(), torch.randn(2, 3, 8, 8), dynamic_shapes=({0: Dim("B"), 2: 4 * Dim("h"), 3: 4 * Dim("w")},)
+        )
+    text = str(err.value)
+    assert "E_IMPORT ShiftMask" in text
+    assert "aten.fill_.Tensor: writes in place into 'new_zeros'" in text
+    assert "whose sizes follow a dynamic dim" in text
+    assert "m[h[0] : h[1], w[0] : w[1]] = count" in text
+
+
+class ReadBeforeWrite(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = torch.zeros(x.shape[-1])
+        y = x + m  # reads m before the write below: a buffer of m's final value would be wrong here
+        m.fill_(2.0)
+        return y * m
+
+
+def test_a_folded_write_after_an_unfolded_read_would_have_changed_that_read() -> None:
+    # Folding gives each folded tensor one value; a write after an operation that does not fold read the tensor
+    # would change what that read saw, so the write is not folded and the import says why, never computes wrong.
+    with pytest.raises(hndl.HndlError) as err:
+        hndl.from_module(ReadBeforeWrite(), torch.randn(2, 3))
+    assert "aten.fill_.Scalar: writes in place into 'zeros'" in str(err.value)
+    assert "after an operation that does not fold read it" in str(err.value)
+
+
 class Table(nn.Module):
     def __init__(self, n: int) -> None:
         super().__init__()

@@ -143,7 +143,7 @@ def test_fsdp2_per_block_with_bf16_mixed_precision_through_shard_units_and_dcp_o
 
 def test_fsdp2_shards_zoo_gpt2_by_its_units_keeping_the_tied_head_in_the_root(tmp_path, fsdp2):
     for rank, result in enumerate(spawn("fsdp_gpt2", tmp_path)):
-        assert result["units"] == ["nodes.n_h.0", "nodes.n_h.1", ""], f"rank {rank}"
+        assert result["units"] == ["transformer.h.0", "transformer.h.1", ""], f"rank {rank}"
         assert result["tied"]
         assert result["losses"] == pytest.approx(result["reference"], rel=1e-4), f"rank {rank}"
         assert result["validations"] == 1

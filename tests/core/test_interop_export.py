@@ -61,7 +61,7 @@ def test_example_inputs_satisfy_the_contracts_and_default_distinct_sizes():
 
 def test_one_symbol_in_two_inputs_is_one_dim():
     model = graph({"x": ("B", 4), "y": ("B", "K")})
-    ((x_spec, y_spec),) = model.dynamic_shapes()
+    x_spec, y_spec = model.dynamic_shapes().values()
     assert x_spec[0] is y_spec[0]
     assert x_spec[0].__name__ == "B"
     assert 1 not in x_spec
@@ -72,7 +72,7 @@ def test_variadic_and_derived_dims():
     model = graph({"x": ("*batch", "2*T+1")})
     x = model.example_inputs(batch=(4, 5), T=3)[0]
     assert x.shape == (4, 5, 7)
-    ((spec,),) = model.dynamic_shapes(batch=(4, 5))
+    (spec,) = model.dynamic_shapes(batch=(4, 5)).values()
     assert [spec[0].__name__, spec[1].__name__] == ["batch_0", "batch_1"]
     program = torch.export.export(model, (x,), dynamic_shapes=model.dynamic_shapes(batch=(4, 5)))
     y = torch.randn(2, 3, 9)
@@ -211,7 +211,7 @@ def test_a_resnet_states_its_smallest_image_and_the_example_respects_it():
     # Five stride-2 stages: a 32x smaller map; every dim along the way must be >= 2 (export specializes 1s).
     model = hndl.build(hndl.zoo.get("resnet18", num_classes=10))
     assert hndl.torch.symbol_ranges(model) == {"B": 2, "H": 33, "W": 33}
-    ((spec,),) = model.dynamic_shapes()
+    (spec,) = model.dynamic_shapes().values()
     assert (spec[2].min, spec[3].min) == (33, 33)
     (x,) = model.example_inputs()
     assert min(x.shape[2], x.shape[3]) >= 33
@@ -229,7 +229,7 @@ def test_a_window_op_requirement_raises_the_minimum():
 def test_the_sequence_length_of_an_lstm_is_exported_static_because_torch_specializes_it():
     model = hndl.build(hndl.zoo.get("lstm_classifier"))
     assert "T" not in hndl.torch.symbol_ranges(model)
-    ((spec,),) = model.dynamic_shapes()
+    (spec,) = model.dynamic_shapes().values()
     assert list(spec) == [0]  # B only
     assert set(hndl.torch.EXPORT_STATIC) <= set(hndl.registry.names())
 

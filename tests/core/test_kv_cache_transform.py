@@ -49,7 +49,8 @@ def recompute_greedy(m, ids: torch.Tensor, steps: int) -> torch.Tensor:
 
 
 def vocab(m) -> int:
-    return m.nodes["n_lm_head"].out_features if "n_lm_head" in m.nodes else m.nodes["n_head"].out_features
+    head = "lm_head" if "lm_head" in m.graph.nodes else "head"
+    return m.layer(head).out_features
 
 
 @pytest.mark.parametrize("kind", ["static", "grow"])

@@ -13,8 +13,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import hndl
-from hndl.torch import _inline, layers
-from hndl.torch._inline import fresh_layers, layer_classes
+from hndl.torch import _in_place, layers
+from hndl.torch._in_place import fresh_layers, layer_classes
 
 pytestmark = pytest.mark.filterwarnings("ignore:TF32 acceleration:UserWarning")
 
@@ -87,12 +87,12 @@ def test_what_an_op_declares_it_returns_is_what_its_layer_returns(opdef):
 
 
 def test_the_fast_paths_table_of_new_tensors_is_derived_from_the_declarations():
-    assert fresh_layers(BUILTIN) == _inline._FRESH
-    fresh = set(_inline._FRESH)
+    assert fresh_layers(BUILTIN) == _in_place.FRESH
+    fresh = set(_in_place.FRESH)
     assert {nn.Conv2d, nn.Linear, nn.LayerNorm, layers.Add, layers.Binary, layers.Where, nn.Sigmoid} <= fresh
     # a layer a user may switch to in place, or that returns its input, a view or its own tensor
     assert not {nn.ReLU, nn.Hardswish, nn.SiLU, nn.Dropout, layers.Cast, layers.Reshape, layers.FixedTensor} & fresh
-    assert all(forward is cls.forward for cls, forward in _inline._FRESH.items())
+    assert all(forward is cls.forward for cls, forward in _in_place.FRESH.items())
 
 
 def test_a_class_two_ops_declare_differently_is_not_counted_as_new():
@@ -209,14 +209,14 @@ def test_every_built_in_op_is_in_the_fact_tests():
 
 @pytest.mark.parametrize("opdef", FACTS, ids=[o.name for o in FACTS])
 def test_every_ops_facts_hold_for_several_parameter_sets(opdef):
-    from hndl import _costs, _saved
+    from hndl import _autograd_facts, _costs
 
     cases = parameter_sets(opdef)
     assert len(cases) >= 2, f"{opdef.name}: fewer than two parameter sets check"
     for label, _params, sizes, node in cases:
         concrete = all(isinstance(d, int) for d in sizes)
-        assert _saved.saves(node) in KEPT, label
-        inner = _saved.inner(node)
+        assert _autograd_facts.saves(node) in KEPT, label
+        inner = _autograd_facts.inner(node)
         assert inner is not None, label  # every shape is known
         if opdef.inner_memory is not None:
             assert inner, f"{opdef.name} ({label}) keeps nothing inside"
@@ -235,17 +235,17 @@ def test_every_ops_facts_hold_for_several_parameter_sets(opdef):
 
 
 def test_the_side_tables_are_views_of_the_declarations():
-    from hndl import _costs, _saved
+    from hndl import _autograd_facts, _costs
 
     ops = list(hndl.registry)
-    assert dict(_saved.SAVES) == {o.name: o.saves for o in ops if o.saves != "unknown"}
+    assert dict(_autograd_facts.SAVES) == {o.name: o.saves for o in ops if o.saves != "unknown"}
     assert dict(_costs.MACS) == {o.name: o.macs for o in ops if o.macs is not None}
-    assert dict(_saved.INNER) == {o.name: o.inner_memory for o in ops if o.inner_memory is not None}
-    assert set(_saved.PASSES_GRADIENT) == {o.name for o in ops if o.passes_gradient}
+    assert dict(_autograd_facts.INNER) == {o.name: o.inner_memory for o in ops if o.inner_memory is not None}
+    assert set(_autograd_facts.PASSES_GRADIENT) == {o.name for o in ops if o.passes_gradient}
     assert {"linear", "conv2d", "attention", "sdpa", "lstm", "gru"} <= set(_costs.MACS)
-    assert {"add", "reshape", "concat", "identity"} <= set(_saved.PASSES_GRADIENT)
-    assert "relu" not in _saved.PASSES_GRADIENT
-    assert "no_such_op" not in _saved.SAVES
+    assert {"add", "reshape", "concat", "identity"} <= set(_autograd_facts.PASSES_GRADIENT)
+    assert "relu" not in _autograd_facts.PASSES_GRADIENT
+    assert "no_such_op" not in _autograd_facts.SAVES
 
 
 def test_regression_a_built_in_op_without_what_backward_keeps_is_refused_at_registration():
@@ -345,7 +345,7 @@ def _kept(op: str) -> set[str]:
 
 
 def test_a_plugin_ops_declared_facts_reach_the_summary_and_the_training_estimate(plugin_ops):
-    from hndl import _costs, _saved
+    from hndl import _autograd_facts, _costs
     from hndl._dims import dim_mul
     from hndl._op_facts import numel
 
@@ -372,10 +372,10 @@ def test_a_plugin_ops_declared_facts_reach_the_summary_and_the_training_estimate
     finally:
         for name in ("test_facts_keeps_none", "test_facts_keeps_inputs", "test_facts_passes", "test_facts_inner"):
             hndl.registry.unregister(name)
-    assert _saved.SAVES["test_facts_declared"] == "none"
-    assert "test_facts_plain" not in _saved.SAVES
-    assert "test_facts_declared" in _saved.PASSES_GRADIENT
-    assert "test_facts_declared" in _saved.INNER
+    assert _autograd_facts.SAVES["test_facts_declared"] == "none"
+    assert "test_facts_plain" not in _autograd_facts.SAVES
+    assert "test_facts_declared" in _autograd_facts.PASSES_GRADIENT
+    assert "test_facts_declared" in _autograd_facts.INNER
     assert "test_facts_declared" in _costs.MACS
     assert hndl.registry.find("test_facts_declared").module == "tests.Double"
 

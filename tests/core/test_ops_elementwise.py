@@ -1,4 +1,4 @@
-"""Element-wise ops (hndl/ops/_elementwise.py): every row's shape, dtype and values against torch, numbers as
+"""Element-wise ops (hndl/ops/_elementwise.py, _elementwise_rows.py): every row's shape, dtype and values against torch, numbers as
 operands, bool refusals, and where, clamp, cast, tril/triu, roll."""
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def test_a_parameter_tied_across_stages_is_refused():
     model = hndl.build(hndl.zoo.get("gpt2", n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16))
     with pytest.raises(hndl.HndlError) as err:
         model.pipeline_stages(["h.1"])
-    assert "is tied to 'nodes.n_lm_head.weight'" in str(err.value)
+    assert "is tied to 'lm_head.weight'" in str(err.value)
 
 
 def test_a_layer_failing_in_a_stage_is_named():

@@ -168,5 +168,5 @@ def test_a_block_tied_to_a_module_outside_it_stays_with_the_root():
 def test_zoo_gpt2_units_keep_the_tied_embedding_and_head_in_the_root():
     model = hndl.build(hndl.zoo.get("gpt2", n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16))
     units = model.shard_units()
-    assert units == [*model.nodes.n_h, model]
-    assert model.nodes.n_wte.weight is model.nodes.n_lm_head.weight
+    assert units == [*model.transformer.h, model]
+    assert model.transformer.wte.weight is model.lm_head.weight

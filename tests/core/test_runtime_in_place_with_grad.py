@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import hndl
 import hndl.zoo
-from hndl.torch._inline import in_place_steps
+from hndl.torch._in_place import in_place_steps
 from hndl.torch._runtime import leaves
 
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import hndl
-from hndl.torch._inline import in_place_steps
+from hndl.torch._in_place import in_place_steps
 from hndl.torch._runtime import leaves
 
 
@@ -284,7 +284,7 @@ def test_regression_a_patched_functional_keeping_its_result_sees_it_unchanged(mo
 
 
 def test_the_sole_owner_check_answers_for_locals_views_and_held_tensors():
-    from hndl.torch._inline import sole_owner
+    from hndl.torch._in_place import sole_owner
 
     def fresh() -> bool:
         t = torch.randn(3)

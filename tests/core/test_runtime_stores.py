@@ -130,7 +130,7 @@ CHANGES = {
     "submodule replaced": (
         _module_replaced,
         "relu 'act'",
-        "submodule 'nodes.n_act' was replaced: the build made ReLU, now it is Tanh",
+        "submodule 'nodes.n_act' was replaced: the build made torch.nn.ReLU, now it is torch.nn.Tanh",
     ),
 }
 
@@ -296,9 +296,17 @@ def _whole_dict(m: hndl.GraphModule) -> Callable[[], None]:
 NEWLY_DETECTED = {
     "a whole store dict replaced": (_whole_dict, "hidden", "parameter 'nodes.n_hidden.bias' was set to None"),
     "one name removed and another added": (_rename, "hidden", "parameter 'nodes.n_hidden.bias' was removed"),
-    "a submodule whose __eq__ lies": (_liar, "act", "the build made ReLU, now it is EqualToEverything"),
+    "a submodule whose __eq__ lies": (
+        _liar,
+        "act",
+        f"the build made torch.nn.ReLU, now it is {EqualToEverything.__module__}.EqualToEverything",
+    ),
     "forward reassigned on an instance": (_instance_forward, "act", "had its forward reassigned on the instance"),
-    "__class__ swapped to an unrelated class": (_class_swap, "act", "the build made ReLU, now it is Unrelated"),
+    "__class__ swapped to an unrelated class": (
+        _class_swap,
+        "act",
+        f"the build made torch.nn.ReLU, now it is {Unrelated.__module__}.Unrelated",
+    ),
     "a tensor's shape changed in place": (
         _bias_shape,
         "out",

@@ -1,4 +1,4 @@
-"""The training-memory estimate (hndl._memory, hndl._saved) against what a training step really holds.
+"""The training-memory estimate (hndl._memory, hndl._autograd_facts) against what a training step really holds.
 
 The measured figure is the peak of the bytes a step's ops allocate and have not freed (benchmarks/memory.py),
 above the parameters and their gradient buffers (allocated beforehand, as the checkpointing benchmark counts),
@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 import hndl  # noqa: E402
 import hndl.zoo  # noqa: E402
-from hndl import _saved  # noqa: E402
+from hndl import _autograd_facts  # noqa: E402
 
 
 def _live_bytes() -> type:
@@ -115,4 +115,4 @@ def test_every_op_says_what_backward_keeps() -> None:
     assert len(built_in) > 100
     unknown = sorted(o.name for o in built_in if o.saves not in ("inputs", "output", "both", "none"))
     assert unknown == ["graph"], "declare saves= on the op: what its backward keeps"  # graph: its nodes' own
-    assert all(_saved.SAVES[o.name] == o.saves for o in built_in if o.name != "graph")
+    assert all(_autograd_facts.SAVES[o.name] == o.saves for o in built_in if o.name != "graph")

@@ -331,7 +331,7 @@ def fsdp_gpt2(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, out: str)
         "units": [names[id(u)] for u in units],
         "losses": steps(model, local, world),
         "reference": reference,
-        "tied": model.nodes.n_wte.weight is model.nodes.n_lm_head.weight,
+        "tied": model.transformer.wte.weight is model.lm_head.weight,
         "validations": model.validations,
     }
 

@@ -34,17 +34,15 @@ INIT = 0.2
 
 
 def _llama_style_rules(*, attention_out: str = "o_proj") -> tuple[Rule, ...]:
-    """transformers' ``*ForCausalLM`` keys to the examples' (whose node names are transformers' module names):
-    the model under ``model.``, the head beside it; ``attention_out`` is transformers' name for the output
+    """transformers' ``*ForCausalLM`` keys to the examples' (whose module paths are transformers' module names):
+    ``attention_out`` is transformers' name for the output
     projection (Phi's ``dense``), which is hndl's ``o_proj``."""
-    ref, ours = "model.layers.{i}", "nodes.n_layers.{i}"
+    # The examples' module paths are transformers' (SPEC 6.7): every key is its own but Phi's output projection.
+    ref = "model.layers.{i}.self_attn"
     return (
-        rule(f"{ref}.self_attn.{attention_out}.{{t}}", f"{ours}.n_self_attn.o_proj.{{t}}"),
-        rule(f"{ref}.self_attn.{{proj}}.{{t}}", f"{ours}.n_self_attn.{{proj}}.{{t}}"),
-        rule(f"{ref}.mlp.{{layer}}.{{t}}", f"{ours}.n_{{layer}}.{{t}}"),
-        rule(f"{ref}.{{layer}}.{{t}}", f"{ours}.n_{{layer}}.{{t}}"),
-        rule("model.{layer}.{t}", "nodes.n_{layer}.{t}"),
-        rule("lm_head.{t}", "nodes.n_lm_head.{t}"),
+        rule(f"{ref}.{attention_out}.{{t}}", f"{ref}.o_proj.{{t}}"),
+        rule("model.{path*}", "model.{path*}"),
+        rule("lm_head.{t}", "lm_head.{t}"),
     )
 
 

@@ -37,7 +37,7 @@ def hub_state(model: hndl.GraphModule) -> dict[str, torch.Tensor]:
     ]
     out = {}
     for key, value in model.state_dict().items():
-        if key == "nodes.n_lm_head.weight":
+        if key == "lm_head.weight":
             continue  # tied to wte: the hub's files do not hold it
         (r, sources) = next((r, s) for r in rules if (s := r.backward(key)) is not None)
         out[sources[0]] = value.t().contiguous() if r.targets[0].layout == Transpose() else value.contiguous()
@@ -78,9 +78,9 @@ def test_a_gpt2_state_dict_in_the_hub_layout_loads_into_zoo_gpt2():
     report = hndl.zoo.load_reference_state_dict(model, "gpt2", state)
     with torch.no_grad():
         assert torch.equal(model(tokens()), source(tokens()))
-    assert model.nodes.n_lm_head.weight is model.nodes.n_wte.weight
-    assert "  h.0.attn.c_attn.weight -> nodes.n_h.0.n_attn.qkv.weight (transpose)" in str(report).splitlines()
-    assert "  wte.weight -> nodes.n_wte.weight  [tied: nodes.n_lm_head.weight]" in str(report).splitlines()
+    assert model.lm_head.weight is model.transformer.wte.weight
+    assert "  h.0.attn.c_attn.weight -> transformer.h.0.attn.qkv.weight (transpose)" in str(report).splitlines()
+    assert "  wte.weight -> transformer.wte.weight  [tied: lm_head.weight]" in str(report).splitlines()
 
 
 def test_the_entry_rules_are_what_the_public_loader_takes():
@@ -99,7 +99,7 @@ def test_without_the_entry_rules_every_hub_key_is_named_with_the_closest_key():
     unplaced = [p for p in problems if p.message.endswith("has no place in graph 'gpt2'")]
     assert len(unplaced) == 28  # every key of the checkpoint
     first = next(p for p in unplaced if p.actual == "h.0.ln_1.weight")
-    assert first.hint == "did you mean 'nodes.n_h.0.n_ln_1.weight'?"
+    assert first.hint == "did you mean 'transformer.h.0.ln_1.weight'?"
 
 
 # --- from_pretrained, folders written here -----------------------------------------------------------------------
@@ -165,7 +165,7 @@ def test_weights_of_another_size_than_the_config_says_are_e_params(tmp_path):
     assert info.value.code == "E_PARAMS"
     assert (
         info.value.problems[0].message
-        == "checkpoint key 'wpe.weight' has shape [16, 32]; 'nodes.n_wpe.weight' needs [32, 32]"
+        == "checkpoint key 'wpe.weight' has shape [16, 32]; 'transformer.wpe.weight' needs [32, 32]"
     )
 
 
@@ -225,7 +225,7 @@ def test_both_transformers_layouts_load_into_zoo_gpt2(layout):
     model = hndl.build(hndl.zoo.get("gpt2", **SMALL))
     report = hndl.load_state_dict(model, state, rules=hndl.zoo.entry("gpt2").rules)
     _close(model, reference)
-    assert model.nodes.n_lm_head.weight is model.nodes.n_wte.weight
+    assert model.lm_head.weight is model.transformer.wte.weight
     assert set(report.model_keys) == set(model.state_dict())
 
 

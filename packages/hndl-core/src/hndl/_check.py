@@ -25,6 +25,7 @@ from ._checked import repetition_inputs as repetition_inputs
 from ._contracts import Contract, ShapePattern, TensorType, dtype_satisfies, format_shape
 from ._dims import DimError, format_dim, free_symbols
 from ._errors import Problem, ProblemList
+from ._fixed_dims import input_fixed_dims
 from ._graph import Graph, Node, OutputSpec, split_ref
 from ._graph_params import (
     ValueBudget,
@@ -41,6 +42,7 @@ from ._graph_params import (
 from ._hints import fix_candidates, node_hint, shape_fix
 from ._infer import BoundPorts, Report, active_ports, bind_ports, infer_node, input_count_words
 from ._meaning import HndlWarning, meaning_warnings
+from ._module_paths import check_module_paths, relative_path
 from ._position_limits import position_limits
 from ._registry import OpDef, Params, registry
 from ._resolve import (
@@ -177,6 +179,7 @@ class _Checker:
                 location=g.location,
                 hint="call g.output(...) or add an 'outputs:' list",
             )
+        check_module_paths(g, self.problems)
         try:
             checked = self.check_graph(g, types, prefix="", path=(), bindings=params)
         except _TooLarge as stop:
@@ -205,6 +208,9 @@ class _Checker:
             # A position table bounds the sequence it is indexed by: a range of the inputs, checked with them.
             checked.contracts, too_long = position_limits(checked)
             self.problems.problems.extend(too_long)
+            # A node that meets an input's symbol with a number (in_features 16 for D) holds the call to it.
+            checked.contracts, clashes = input_fixed_dims(checked)
+            self.problems.problems.extend(clashes)
         return checked
 
     def check_graph(
@@ -234,7 +240,7 @@ class _Checker:
             in_ids: list[str | None] = []
             missing: list[int] = []  # positions of inputs that name a node left out
             for i, ref in enumerate(written.inputs):
-                if isinstance(ref, str) and ref not in ids and split_ref(ref)[0] in absent:
+                if absent and isinstance(ref, str) and ref not in ids and split_ref(ref)[0] in absent:
                     missing.append(i)
                     in_ids.append(None)
                 else:
@@ -586,11 +592,30 @@ class _Checker:
 
     def _ties(self, g: Graph, node: Node, qual: str, prefix: str) -> dict[str, str]:
         """``node``'s ties with qualified targets; a target that names no node of ``g`` is reported (E_REF).
+        Empty when the tie's ``when`` (bound by then) is false; one that is no bool is reported (E_PARAM).
 
         Whether the parameters exist and agree in shape is known once the layers are built: the builder checks it.
         """
         ties: dict[str, str] = {}
+        when = node.tie.get("when", True)
+        if not isinstance(when, bool):
+            written = g.nodes[node.name].tie.get("when") if node.name in g.nodes else None
+            source = f" (from {excerpt(written)})" if written != when and isinstance(written, str) else ""
+            self.problems.add(
+                "E_PARAM",
+                f"the tie's 'when' must be true, false or a bool graph parameter ('$name'), got {excerpt(when)}"
+                + source,
+                node=qual,
+                op=node.op,
+                location=node.where("tie"),
+                hint="e.g. tie: {weight: embed_tokens.weight, when: $tie_word_embeddings}, the parameter true or false",
+            )
+            return ties
+        if not when:  # the tie is off: the layer keeps its own parameters
+            return ties
         for own, target in node.tie.items():
+            if own == "when":
+                continue
             target_node = target.partition(".")[0] if isinstance(target, str) else None
             if not isinstance(own, str) or not own or not isinstance(target, str) or "." not in target:
                 self.problems.add(
@@ -661,7 +686,7 @@ class _Checker:
         checked = CheckedNode(
             name=node.name,
             qualname=qual,
-            path=(*path, f"n_{node.name}"),
+            path=(*path, *relative_path(node, root=not path)),
             opdef=opdef,
             params=params,
             inputs=in_ids,

@@ -21,7 +21,8 @@ T = TypeVar("T")
 
 @dataclass
 class CheckedNode:
-    """A node after checking. ``path`` is its key path under the GraphModule's ``nodes`` dict."""
+    """A node after checking. ``path`` is its layer's key path from the GraphModule: ``("nodes", "n_x")``, or its
+    ``module_path`` below its graph's module (``("model", "layers", "0", "mlp", "gate_proj")``)."""
 
     name: str
     qualname: str

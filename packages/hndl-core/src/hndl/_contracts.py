@@ -417,7 +417,9 @@ class SymbolRange:
     hint: str | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
-        if self.minimum is not None and self.maximum is not None:
+        if self.minimum is not None and self.minimum == self.maximum:
+            text = f"{self.symbol} = {self.minimum}"
+        elif self.minimum is not None and self.maximum is not None:
             text = f"{self.minimum} <= {self.symbol} <= {self.maximum}"
         elif self.minimum is not None:
             text = f"{self.symbol} >= {self.minimum}"

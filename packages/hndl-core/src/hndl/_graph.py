@@ -11,6 +11,7 @@ build time, all at once.
 
 from __future__ import annotations
 
+import keyword
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -117,14 +118,18 @@ class Node:
     location: str | None = None
     key_locations: dict[str, str] = field(default_factory=dict)
     #: Tied parameters: ``{own parameter: "node.parameter"}``, the other node's parameter shared by this node's
-    #: layer (``{"weight": "wte.weight"}``); the target is a node of the same graph.
-    tie: dict[str, str] = field(default_factory=dict)
+    #: layer (``{"weight": "wte.weight"}``); the target is a node of the same graph. An optional ``"when"`` key
+    #: (``True``, ``False`` or ``"$name"`` of a bool parameter) says whether the tie applies (SPEC 1.7).
+    tie: dict[str, Any] = field(default_factory=dict)
     #: Whether the node exists: ``True``, ``False`` or ``"$name"`` (a bool parameter of the subgraph). A node that
     #: does not exist passes its one input through: references to it read that input.
     when: Any = True
     #: Which input a node left out by ``when`` passes through, as written in ``inputs`` (needed when it has several:
     #: a residual ``add`` of ``[x, block]`` left out is ``block``); ``None``: its only input.
     otherwise: str | None = None
+    #: Where the node's layer is registered: a dotted path relative to the module of the graph the node lives
+    #: in (``"mlp.gate_proj"``; SPEC 6.7); ``None``: ``n_<name>`` (under ``nodes`` in the root graph).
+    module_path: str | None = None
 
     def where(self, key: str | None = None) -> str | None:
         """The location of ``key`` if known, else of the node."""
@@ -199,7 +204,8 @@ class Graph:
                 a call outside is ``E_INPUT``. Unbounded by default.
 
         Raises:
-            HndlError: E_NAME for an invalid or taken name (or ``self``), E_SPEC for a malformed contract.
+            HndlError: E_NAME for an invalid or taken name (or ``self``, or a Python keyword), E_SPEC for a
+                malformed contract.
         """
         self._claim(name, "input")
         if name in RESERVED_INPUT_NAMES:
@@ -209,6 +215,15 @@ class Graph:
                     f"input name {name!r} cannot be passed by keyword: torch's Module.__call__ takes it itself",
                     node=name,
                     hint="pick another name, such as 'x' or 'inputs'",
+                )
+            )
+        if keyword.iskeyword(name):
+            raise HndlError(
+                Problem(
+                    "E_NAME",
+                    f"input name {name!r} is a Python keyword: the built model's forward could not name it",
+                    node=name,
+                    hint=f"pick another name, such as '{name}_'",
                 )
             )
         try:
@@ -224,9 +239,10 @@ class Graph:
         /,
         *inputs: Ref | Sequence[Ref],
         name: str | None = None,
-        tie: Mapping[str, str] | None = None,
+        tie: Mapping[str, Any] | None = None,
         when: bool | str = True,
         otherwise: Ref | None = None,
+        module_path: str | None = None,
         **params: Any,
     ) -> Handle:
         """Add a node running ``op`` on ``inputs`` and return its handle.
@@ -236,13 +252,20 @@ class Graph:
             *inputs: handles (or reference strings) of the values it consumes; a list counts as several.
             name: the node's name; generated from the op (``linear``, ``linear_1``, ...) when omitted.
             tie: parameters this node's layer shares with another node's, ``{"weight": "wte.weight"}``: the
-                built model holds one ``Parameter`` under both names, as PyTorch does for tied weights.
+                built model holds one ``Parameter`` under both names, as PyTorch does for tied weights. A
+                ``"when"`` key (``True``, ``False`` or ``"$name"`` of a bool parameter) makes it conditional:
+                ``{"weight": "wte.weight", "when": "$tie_word_embeddings"}``; false leaves the layer its own.
             when: whether the node exists; in a parameterised subgraph, ``"$name"`` of a bool parameter. A node
                 that does not exist passes its one input through; one with nothing to pass (a ``parameter``) is
                 simply not there, and its readers take their other branch.
             otherwise: the input that passes through when the node does not exist (one of ``inputs``), for a node
                 with several inputs and a ``when`` (``g.add("add", x, h, when="$residual", otherwise=h)``), or
                 for one that reads a node that is not there.
+            module_path: where the built layer is registered: a dotted path relative to the module of this graph
+                (``"mlp.gate_proj"``), so a root graph's layer is ``model.get_submodule("mlp.gate_proj")`` and a
+                repeated ``layers`` node's is ``layers.0.mlp.gate_proj`` when ``layers`` says ``module_path=
+                "layers"``; ``None`` keeps ``n_<name>`` (under ``nodes`` in a root graph). Checked by
+                :func:`hndl.check` (E_NAME).
             **params: the op's parameters. Parameters that follow from shapes (``in_features``) are inferred.
                 ``op`` is positional-only, so a parameter may be called ``self`` or ``op`` (the checker then says
                 whether the op takes it) without a TypeError.
@@ -264,7 +287,9 @@ class Graph:
         if "graph" in params and isinstance(params["graph"], Graph):
             params["graph"] = self.add_subgraph(params["graph"])
         passes = None if otherwise is None else self._ref(otherwise, name)
-        self.nodes[name] = Node(name, op, refs, dict(params), tie=dict(tie or {}), when=when, otherwise=passes)
+        self.nodes[name] = Node(
+            name, op, refs, dict(params), tie=dict(tie or {}), when=when, otherwise=passes, module_path=module_path
+        )
         return Handle(self, name)
 
     def output(

@@ -427,9 +427,12 @@ WHOLE_PARAM_TYPES = frozenset({"int", "ints", "int_or_pair", "shape"})
 def whole_keys(opdef: Any) -> frozenset[str]:
     """The parameters of ``opdef`` (an :class:`~hndl.OpDef`, or ``None``) that hold integers
     (:data:`WHOLE_PARAM_TYPES`): where :func:`bind_node` makes a whole float computed by a reference an integer."""
-    if opdef is None:
-        return frozenset()
+    if opdef is None or not opdef.params:
+        return _NO_KEYS
     return frozenset(p.name for p in opdef.params if p.type.name in WHOLE_PARAM_TYPES)
+
+
+_NO_KEYS: frozenset[str] = frozenset()
 
 
 #: How a fraction in an integer position is made whole, as the hint says it.
@@ -513,7 +516,7 @@ def bind_node(
     unknown: Mapping[str, str] | None = None,
     whole: frozenset[str] = frozenset(),
 ) -> tuple[Node, list[tuple[str, str, str | None]]]:
-    """``node`` with every reference in its parameters and ``when`` replaced by its value.
+    """``node`` with every reference in its parameters, ``when`` and its tie's ``when`` replaced by its value.
 
     A reference may be a whole parameter value or sit at any depth inside lists and mappings
     (``shape: [1, "$tokens+1", $dim]``); containers that hold no reference are kept as they are. Each value a
@@ -528,12 +531,23 @@ def bind_node(
         about one inside a list or mapping starts with its place: ``shape[1]: ...``); on a problem the
         reference stays as written.
     """
+    if node.when is True and not node.tie and not node.params:
+        return node, []  # nothing that could hold a reference (most nodes of a large graph: activations)
     binder = _Binder(bindings, budget if budget is not None else ValueBudget(), unknown, whole)
-    if not binder.holds(node.when, 0) and not any(binder.holds(v, 0) for v in node.params.values()):
+    # A tie's own `when` (SPEC 1.7) is bound here too; its targets are node names, never references.
+    tie_when = node.tie.get("when", True) if isinstance(node.tie, Mapping) else True
+    if (
+        not binder.holds(node.when, 0)
+        and not binder.holds(tie_when, 0)
+        and not any(binder.holds(v, 0) for v in node.params.values())
+    ):
         return node, binder.problems
     params = {key: binder(key, value) for key, value in node.params.items()}
     when = binder("when", node.when)
-    return replace(node, params=params, when=when), binder.problems
+    tie = node.tie
+    if binder.holds(tie_when, 0):
+        tie = {**node.tie, "when": binder("tie", tie_when)}
+    return replace(node, params=params, when=when, tie=tie), binder.problems
 
 
 def compute_params(
@@ -628,6 +642,10 @@ def _references(value: Any, params: Mapping[str, Any], holds: _ReferenceFinder) 
     return names
 
 
+#: Types that never hold a reference (exactly these types; a subclass goes the long way).
+_PLAIN = frozenset({int, float, bool, type(None)})
+
+
 class _ReferenceFinder:
     """Whether a value is a reference or holds one within :data:`MAX_DEPTH` levels of lists and mappings; each
     container is looked into once (a value built in Python may share or contain itself)."""
@@ -636,6 +654,11 @@ class _ReferenceFinder:
         self.known: dict[int, bool] = {}
 
     def __call__(self, value: Any, depth: int) -> bool:
+        kind = type(value)
+        if kind is str:
+            return value.startswith(PREFIX)
+        if kind in _PLAIN:  # most values: decided without the abstract Mapping's isinstance check
+            return False
         if is_reference(value):
             return True
         if depth >= MAX_DEPTH or not isinstance(value, (Mapping, list, tuple)):

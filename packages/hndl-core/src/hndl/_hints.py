@@ -166,6 +166,8 @@ def dtype_fix(actual: str, rule: str) -> tuple[str, str] | None:
         return method, ""
     if rule in ("int", "int64") and (actual.startswith(("float", "bfloat")) or actual == "bool"):
         return ".long()", "indices are integers"
+    if rule == "bool" and actual.startswith(("int", "uint")):
+        return ".bool()", "a 0/1 mask, such as a tokenizer's attention_mask: nonzero is true"
     return None
 
 

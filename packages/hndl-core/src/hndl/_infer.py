@@ -10,14 +10,32 @@ evaluates them, which is how the tests hold every op's declared patterns to what
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
-from ._contracts import DTYPES, TensorType, dtype_satisfies, format_shape, is_unknown, unknown_dim
-from ._dims import format_dim, free_symbols
+from ._contracts import (
+    DTYPES,
+    TensorType,
+    Variadic,
+    _bare_symbol,
+    dtype_satisfies,
+    format_shape,
+    is_unknown,
+    unknown_dim,
+)
+from ._dims import Dim, format_dim, free_symbols, substitute
 from ._hints import dtype_fix, node_hint, shape_fix
 from ._registry import InferError, OpDef, Params, Port
 
-__all__ = ["BoundPorts", "Report", "active_ports", "bind_ports", "declared_output_types", "infer_node"]
+__all__ = [
+    "BoundPorts",
+    "FixedDim",
+    "Report",
+    "active_ports",
+    "bind_ports",
+    "declared_output_types",
+    "fixed_dims",
+    "infer_node",
+]
 
 #: Each input value with the port that receives it (a variadic port receives several).
 BoundPorts = list[tuple[Port, TensorType]]
@@ -159,6 +177,69 @@ def declared_output_types(opdef: OpDef, params: Params, in_types: Sequence[Tenso
     return _instantiate_outputs(opdef, params, ports, env)
 
 
+class FixedDim(NamedTuple):
+    """A symbolic dim of an input that a port's pattern meets with a number: ``linear``'s ``[*batch,
+    in_features]`` with ``in_features: 16`` given ``[B, T, D]`` fixes ``D`` to 16 (``port`` ``x``, ``axis`` 2,
+    ``entry`` the pattern's ``in_features``)."""
+
+    symbol: str
+    size: int
+    port: str
+    axis: int
+    entry: Dim
+
+
+def fixed_dims(opdef: OpDef, params: Params, in_types: Sequence[TensorType]) -> list[FixedDim]:
+    """The symbols of a checked node's input shapes that its ports meet with a number.
+
+    Static matching accepts a symbol where a number is expected (a symbol may be that number at run time), so
+    ``D`` against ``in_features`` 16 passed, and nothing held the call to ``D = 16``: the caller turns these into
+    input checks (:mod:`hndl._fixed_dims`). Inputs whose rank is open (``*name`` of a graph input) are skipped.
+    """
+    if not any(p.pattern is not None and any(d is not None for d in p.pattern.dims) for p in opdef.inputs):
+        # Only a pattern's own entries fix a dim (``*name`` covers dims it never names): an element-wise op, most
+        # of a graph, has none, and this spares it the binding and matching below on every check.
+        return []
+    ports = bind_ports(opdef, in_types, params)
+
+    def ignore(code: str, message: str, *, key: str | None = "in", **fields: Any) -> None:
+        return None
+
+    env = _pattern_env(opdef, params, ignore) if ports is not None else None
+    if ports is None or env is None:
+        return []
+    matched = []
+    for port, t in ports:
+        shape = t.shape
+        if port.pattern is None or shape is None or any(isinstance(d, Variadic) for d in shape):
+            continue
+        if port.pattern.match(shape, env):
+            return []  # a node that checked always matches; nothing to derive otherwise
+        matched.append((port, shape))
+    scalars = {k: v for k, v in env.items() if not isinstance(v, tuple)}
+    # A pattern entry that names a list parameter of one size (layernorm's normalized_shape: [16]) means it.
+    for p in opdef.params:
+        value = params.get(p.name)
+        if isinstance(value, (list, tuple)) and len(value) == 1 and type(value[0]) is int:
+            scalars[p.name] = value[0]
+    found = []
+    for port, shape in matched:
+        pattern = port.pattern
+        assert pattern is not None
+        entries: list[Dim | None] = list(pattern.dims)
+        if pattern.variadic is not None:  # the dims the *name covers meet no entry of their own
+            k = pattern.variadic
+            entries[k : k + 1] = [None] * (len(shape) - len(entries) + 1)
+        for axis, (entry, actual) in enumerate(zip(entries, shape)):
+            symbol = _bare_symbol(actual)
+            if entry is None or symbol is None:
+                continue
+            size = substitute(entry, scalars)
+            if isinstance(size, int) and not isinstance(size, bool):
+                found.append(FixedDim(symbol, size, port.name, axis, entry))
+    return found
+
+
 def _pattern_env(opdef: OpDef, params: Params, report: Report) -> dict[str, Any] | None:
     """The names the op's patterns may use before any input is matched: int parameters and ``derive``'s."""
     env: dict[str, Any] = {}
@@ -177,6 +258,8 @@ def _pattern_env(opdef: OpDef, params: Params, report: Report) -> dict[str, Any]
 
 def _fill_inferred(opdef: OpDef, params: Params, env: Mapping[str, Any], report: Report) -> Params | None:
     """``params`` with each inferred parameter the node did not give read from the bound symbols."""
+    if isinstance(params, Params) and not any(p.inferred for p in opdef.params):
+        return params  # nothing to fill (Params is immutable: no copy needed)
     values = dict(params)
     for p in opdef.params:
         if not p.inferred or values.get(p.name) is not None:

@@ -2,7 +2,7 @@
 
 Each leaf step's outputs are sized from their checked types (``_costs``) under the caller's dims. A value is
 *kept* for backward when the op that made it keeps its output, or an op that reads it keeps its inputs
-(:mod:`hndl._saved`: a linear layer keeps its input, ReLU its output, an addition nothing); a view, an input
+(:mod:`hndl._autograd_facts`: a linear layer keeps its input, ReLU its output, an addition nothing); a view, an input
 passed on or a registered tensor is counted where its memory was made. A layer also keeps what it makes inside
 (attention's queries, keys and values; dropout's mask). A *segment* is one use of a subgraph (a
 :class:`~hndl.Group`, one repetition of a repeated one); recomputing it (activation checkpointing) keeps only
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from . import _saved
+from . import _autograd_facts
 from ._costs import DTYPE_BYTES, macs, numel
 from ._dims import Dim, DimError, evaluate
 from ._errors import HndlError, Problem
@@ -83,7 +83,7 @@ class Activations:
             if i in inside:
                 continue
             step = plan.steps[i]
-            mode = _saved.saves(step.node)
+            mode = _autograd_facts.saves(step.node)
             if mode in ("output", "both"):
                 kept.update(self.roots.get(v) for v in step.outputs)
             if mode in ("inputs", "both"):
@@ -169,7 +169,7 @@ def activations(
             else:
                 roots[value] = (i, j)
                 sizes[(i, j)] = full[j]
-        held = _saved.inner(step.node)
+        held = _autograd_facts.inner(step.node)
         if held is None:
             raise _unknown(step, env)
         total = 0
@@ -182,7 +182,7 @@ def activations(
         # Its backward holds its outputs' gradients and makes its inputs', its weights' and those of what its
         # layer made inside from them.
         reads = sum(sizes.get(r, 0) for r in {roots.get(v) for v in step.inputs} if r is not None)
-        if step.node.op in _saved.PASSES_GRADIENT:
+        if step.node.op in _autograd_facts.PASSES_GRADIENT:
             reads = 0  # its inputs' gradients are its output's, or views of it
         gradients.append(sum(full) + reads + total + (weights[i] if weights is not None else 0))
     return Activations(sizes, roots, inner, gradients)

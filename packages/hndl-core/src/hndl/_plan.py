@@ -30,14 +30,14 @@ class Step:
 class Group:
     """One use of a subgraph (one repetition of a repeated one): the contiguous run of steps it lowers to.
 
-    Its layers live in one module (``path`` under the GraphModule's ``nodes``); that module's ``forward`` runs
+    Its layers live in one module (at ``path`` from the GraphModule); that module's ``forward`` runs
     exactly these steps, which is what lets a hook on it (FSDP2's ``fully_shard`` per block, a user's hook)
     see one call per repetition (``hndl.torch`` blocks).
 
     Attributes:
         node: the ``graph`` node this is a use of.
         qualname: the name messages use (``blocks.3``, or ``stem`` for a subgraph used without ``repeat``).
-        path: the module path under ``nodes`` (``("n_blocks", "3")``).
+        path: the module path from the GraphModule (``("nodes", "n_blocks", "3")``).
         repetition: which repetition of ``node`` (0 without ``repeat``).
         start, stop: the steps ``plan.steps[start:stop]``.
         inputs, outputs: the value ids the subgraph's inputs and outputs stand for (an output may be an input).

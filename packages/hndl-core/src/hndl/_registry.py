@@ -99,8 +99,9 @@ class OpDef:
         returns: what the built layer's outputs may share memory with, one of :data:`RETURNS`: ``"new"`` (a
             tensor nothing else holds), ``"input"`` (possibly an input itself: dropout in eval mode), ``"view"``
             (possibly a view of an input: reshape, permute), ``"state"`` (a registered tensor of the layer:
-            ``parameter``, ``buffer``), or ``"unknown"`` (not declared; treated as anything). The fast path
-            writes into a value in place only when its producer returns ``"new"``.
+            ``parameter``, ``buffer``), or ``"unknown"`` (not declared; treated as anything). The fast path and
+            a called block write into a value in place only when its producer returns ``"new"`` (with no
+            gradient recorded, also ``"input"`` of a private value: ``hndl.torch._in_place``).
         aliases: names people bring from other libraries for this op, each with the parameters it implies
             (``{"Hardsigmoid": {}, "gelu_new": {"approximate": "tanh"}}``): an unknown op of that name gets
             this op, with those parameters, as its hint. Spelling variants need no entry (case and separators
@@ -399,7 +400,7 @@ def _opdefs(loaded: Any) -> list[OpDef]:
 
 
 #: Keys a node already uses in a spec file or in ``Graph.add``; a parameter cannot be named so.
-RESERVED_PARAM_NAMES = ("op", "in", "name", "tie", "when", "otherwise")
+RESERVED_PARAM_NAMES = ("op", "in", "name", "tie", "when", "otherwise", "module_path")
 
 #: What an op's layer may return (:attr:`OpDef.returns`).
 RETURNS = ("new", "input", "view", "state", "unknown")
@@ -502,7 +503,7 @@ registry = Registry()
 
 class FactTable(Mapping[str, Any]):
     """Op name -> one fact of the registered ops that declare it, read from their :class:`OpDef` on every lookup
-    (so a plugin's ops are in it once loaded): what ``hndl._saved.SAVES`` and ``hndl._costs.MACS`` are. A view,
+    (so a plugin's ops are in it once loaded): what ``hndl._autograd_facts.SAVES`` and ``hndl._costs.MACS`` are. A view,
     never a second place to write a fact."""
 
     def __init__(self, read: Callable[[OpDef], Any], declared: Callable[[Any], bool]) -> None:

@@ -128,7 +128,7 @@ def order_nodes(g: Graph, prefix: str, problems: ProblemList) -> list[Node]:
     """
     deps: dict[str, list[str]] = {}
     for node in g.nodes.values():
-        deps[node.name] = [split_ref(r)[0] for r in node.inputs if split_ref(r)[0] in g.nodes]
+        deps[node.name] = [d for d in [split_ref(r)[0] for r in node.inputs] if d in g.nodes]
     order: list[Node] = []
     state: dict[str, int] = {}  # 1 = on the stack, 2 = done
     for start in g.nodes:

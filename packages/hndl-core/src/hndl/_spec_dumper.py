@@ -20,7 +20,7 @@ __all__ = ["FORMAT_VERSION", "NODE_KEYS", "dumps", "flow_yaml"]
 FORMAT_VERSION = 1
 
 #: The keys of a spec node that are not parameters of its op.
-NODE_KEYS = ("op", "in", "tie", "when", "otherwise")
+NODE_KEYS = ("op", "in", "tie", "when", "otherwise", "module_path")
 
 # YAML limits an implicit ("simple") key to 1024 characters; a longer name is written as an explicit key.
 _LONGEST_SIMPLE_KEY = 1000
@@ -77,6 +77,8 @@ def _graph_lines(graph: Graph, indent: str, problems: ProblemList) -> list[str]:
             entry["when"] = node.when
         if node.otherwise is not None:
             entry["otherwise"] = node.otherwise
+        if node.module_path is not None:
+            entry["module_path"] = node.module_path
         for key, value in node.params.items():
             if key in NODE_KEYS or not isinstance(key, str):
                 problems.add(

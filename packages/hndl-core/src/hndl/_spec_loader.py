@@ -605,6 +605,16 @@ class _SpecBuilder:
                 op=named_op,
             )
             return
+        module_path = fields.get("module_path")
+        if module_path is not None and not isinstance(module_path.value, str):
+            self.add(
+                "E_SPEC",
+                f"'module_path' must be a dotted module path such as 'mlp.gate_proj', got {describe(module_path.value)}",
+                module_path.loc,
+                node=name,
+                op=named_op,
+            )
+            return
         try:
             graph.add(
                 named_op,
@@ -613,6 +623,7 @@ class _SpecBuilder:
                 tie=tie,
                 when=True if when is None else when.value,
                 otherwise=None if otherwise is None else otherwise.value,
+                module_path=None if module_path is None else module_path.value,
             )
         except HndlError as exc:
             for p in exc.problems:
@@ -625,15 +636,29 @@ class _SpecBuilder:
         node.location = loc
         node.key_locations = dict(spec.keys)
 
-    def _tie(self, entry: Located | None, node: str, op: str | None) -> dict[str, str] | None:
-        """A node's ``tie``: a mapping of its own parameter to ``node.parameter`` (both strings)."""
+    def _tie(self, entry: Located | None, node: str, op: str | None) -> dict[str, Any] | None:
+        """A node's ``tie``: a mapping of its own parameter to ``node.parameter`` (both strings), and an optional
+        ``when`` (``true``, ``false`` or ``'$name'`` of a bool graph parameter) that says whether it applies."""
         if entry is None:
             return {}
         if entry.failed:
             return None
         value = entry.value
+        when = value.get("when") if isinstance(value, dict) else None
+        if when is not None and not (
+            isinstance(when.value, bool) or (isinstance(when.value, str) and when.value.startswith("$"))
+        ):
+            self.add(
+                "E_SPEC",
+                f"the tie's 'when' must be true, false or '$name' of a bool graph parameter, got {describe(when.value)}",
+                when.loc,
+                node=node,
+                op=op,
+                hint="e.g. tie: {weight: embed_tokens.weight, when: $tie_word_embeddings}",
+            )
+            return None
         if not isinstance(value, dict) or not all(
-            isinstance(k, str) and isinstance(v.value, str) for k, v in value.items()
+            isinstance(k, str) and (k == "when" or isinstance(v.value, str)) for k, v in value.items()
         ):
             self.add(
                 "E_SPEC",

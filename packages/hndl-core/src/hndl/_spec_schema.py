@@ -100,9 +100,11 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
         "op": {"description": "the op's name", "enum": [o.name for o in ops]},
         "in": {"description": "the value(s) the node consumes", **refs},
         "tie": {
-            "description": "parameters shared with another node: {own parameter: 'node.parameter'}",
+            "description": "parameters shared with another node: {own parameter: 'node.parameter'}, and whether "
+            "the tie applies: when: true, false, or '$name' of a bool graph parameter",
             "type": "object",
             "propertyNames": {"type": "string"},
+            "properties": {"when": {"anyOf": [{"type": "boolean"}, {"$ref": "#/$defs/param_ref"}]}},
             "additionalProperties": {"type": "string"},
         },
         "when": {
@@ -112,6 +114,12 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
         "otherwise": {
             "description": "the input a node left out by 'when' passes through (one of its inputs)",
             "type": "string",
+        },
+        "module_path": {
+            "description": "where the node's layer is registered: a dotted path relative to the module of its graph "
+            "('mlp.gate_proj'); default n_<name>",
+            "type": "string",
+            "pattern": "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$",
         },
     }
     input_keys = {

@@ -229,7 +229,7 @@ def derive(model: GraphModule, kind: str) -> GraphModule:
         # build records the dtype the assigned tensors have. Done before anything is carried: a conversion of
         # the variant must never reach the user's tensors.
         twin.to(dtype=floating)
-    prefixes = tuple("nodes." + ".".join(step.node.path) + "." for step, _ in carried)
+    prefixes = tuple(".".join(step.node.path) + "." for step, _ in carried)
     state = {k: v for k, v in model.state_dict(keep_vars=True).items() if not k.startswith(prefixes)}
     missing, unexpected = twin.load_state_dict(state, assign=True, strict=False)
     stray = [k for k in (*missing, *unexpected) if not k.startswith(prefixes)]

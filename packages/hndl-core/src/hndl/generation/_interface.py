@@ -97,6 +97,12 @@ def cache_layout(model: GraphModule) -> CacheLayout:
     require_cache_interface(model)
     grows = cache_kind(model) == "grow"
     layers = [m for m in model.modules() if isinstance(m, Attention) and (m.past if grows else m.cache)]
+    floating = next((t.dtype for t in model.parameters() if t.is_floating_point()), torch.get_default_dtype())
+    declared = model.graph.inputs["past_k" if grows else "cache_k"].contract.shape.entries
+    if not layers and len(declared) == 5 and all(isinstance(declared[i], int) for i in (0, 2, 4)):
+        # sdpa nodes with a cache (an imported decoder's variant): the layers, heads and width are the cache
+        # input's, as with_kv_cache declared them.
+        return CacheLayout(int(declared[0]), int(declared[2]), int(declared[4]), floating)
     if not layers:
         flag, inputs = ("past", "past_k and past_v") if grows else ("cache", "cache_k and cache_v")
         raise HndlError(
@@ -107,7 +113,6 @@ def cache_layout(model: GraphModule) -> CacheLayout:
                 actual="none",
             )
         )
-    floating = next((t.dtype for t in model.parameters() if t.is_floating_point()), torch.get_default_dtype())
     return CacheLayout(len(layers), layers[0].kv_heads, layers[0].head_dim, floating)
 
 
@@ -133,7 +138,7 @@ def _embedding_fed_by(model: GraphModule, name: str) -> int | None:
     """``num_embeddings`` of the embedding node reading graph input ``name`` (the vocabulary, the positions)."""
     for node in model.graph.nodes.values():
         if node.op == "embedding" and node.inputs == [name]:
-            layer: Any = model.nodes[f"n_{node.name}"]
+            layer: Any = model.layer(node.name)
             return int(layer.num_embeddings)
     return None
 

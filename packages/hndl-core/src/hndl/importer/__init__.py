@@ -126,11 +126,14 @@ def _compare_modes(
     found: Any,
 ) -> None:
     """Trace again with the layers whose forward reads ``self.training`` in training mode; when that gives
-    another graph, say so (``graph.notes`` and a :class:`ModeWarning`): the graph is the eval-mode one."""
+    another graph, say so (``graph.notes`` and a :class:`ModeWarning`): the graph is the eval-mode one. A dry run
+    that shows the same operations in both modes (``_trace.same_in_training``) saves that trace."""
     from .._spec_dumper import dumps
-    from ._trace import trace
+    from ._trace import same_in_training, trace
     from ._translate import translate
 
+    if same_in_training(module, args, in_training, frozenset(readers)):
+        return
     try:
         traced = trace(module, args, dynamic_shapes, in_training | frozenset(readers), preserve)
         # what the first translation found of constants taking the activations' dtype, not traced twice more

@@ -1,8 +1,9 @@
 """Which folded constants take the activations' dtype, and the activation each takes it from.
 
 A constant whose dtype comes from an activation (``arange(n, dtype=h.dtype)``, ``cos.to(x.dtype)``,
-``h.new_full(...)``) is a float32 literal in the trace. When a floating value folds, the module is traced again
-with float64 floating parameters and inputs (``_trace.retrace_float64``), held to the same operations
+``h.new_full(...)``) is a float32 literal in the trace. When a floating value folds that may be one (computed
+from a floating dtype argument, a ``new_*`` of an activation or a floating constant: :func:`may_follow`; a buffer
+read as it is never is), the module is traced again with float64 floating parameters and inputs (``_trace.retrace_float64``), held to the same operations
 (``_fold.same_program``, else ``E_IMPORT``), and ``_fold.followers`` compares each frontier value's dtype and
 numbers: such a constant *follows* the activations' dtype. When one can be written as its ``buffer`` node cast to
 an activation's dtype, a third trace under ``autocast(bfloat16)`` (``_trace.retrace_autocast``), where activations
@@ -21,11 +22,11 @@ from typing import Any
 
 from .._errors import HndlError, Problem
 from ._buffers import program_tensors
-from ._fold import Folding, fold, followers, same_program
+from ._fold import META_ONLY, Folding, fold, followers, same_program
 from ._table import Emit, Unsupported
 from ._trace import Traced, cut, node_location, retrace_autocast, retrace_float64
 
-__all__ = ["Followers", "Following", "find_following"]
+__all__ = ["Followers", "Following", "find_following", "may_follow"]
 
 
 @dataclass
@@ -37,11 +38,14 @@ class Followers:
         reasons: node -> "" (written through ``type_as``) or why it cannot be.
         buffers: node -> its ``buffer`` :class:`Emit`, for those of the frontier.
         dtypes: node -> its dtype in the trace, with float64 activations and under autocast.
+        widths: node -> its dtype in the trace and with float64 activations, for the conversions and fills
+            between activations (``_cast_follow``).
     """
 
     reasons: dict[str, str]
     buffers: dict[str, Emit]
     dtypes: dict[str, tuple[Any, ...]]
+    widths: dict[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
 
 
 class Following:
@@ -139,18 +143,20 @@ class Following:
                     )
                 )
 
-    def findings(self) -> Followers:
-        """What this translation found, for another translation's ``known``."""
+    def findings(self, widths: dict[str, tuple[Any, ...]] | None = None) -> Followers:
+        """What this translation found (and ``widths``, ``_cast_follow``'s), for another translation's ``known``."""
         return Followers(
             {n.name: reason for n, reason in self.reasons.items()},
             {n.name: self.folding.frontier[n] for n in self.reasons if n in self.folding.frontier},
             {n.name: dtypes for n, dtypes in self.dtypes.items()},
+            dict(widths or {}),
         )
 
 
 def find_following(traced: Traced, folding: Folding, known: Followers | None, notes: list[str], op: str) -> Following:
     """The frontier values of ``folding`` whose dtype follows the activations' (``_fold.followers``), from a second
-    trace in float64, made only when a floating value folds, and a third under autocast when one can be cast.
+    trace in float64, made only when a floating frontier value may follow (:func:`may_follow`), and a third under
+    autocast when one can be cast.
 
     Args:
         traced: the trace ``folding`` was computed from.
@@ -162,15 +168,12 @@ def find_following(traced: Traced, folding: Folding, known: Followers | None, no
     Raises:
         HndlError: ``E_IMPORT`` when the float64 trace fails or is another program.
     """
-    import torch
-
     nodes = list(traced.program.graph.nodes)
     if known is not None:
         return _reuse(nodes, folding, known)
     dtypes: dict[Any, tuple[Any, ...]] = {}
-    if not any(
-        isinstance(v, torch.Tensor) and v.is_floating_point() for v in map(folding.values.get, folding.frontier)
-    ):
+    constants = frozenset(traced.program.graph_signature.inputs_to_lifted_tensor_constants)
+    if not may_follow(folding, nodes, constants):
         return Following(folding, {}, dtypes)
     try:
         twin = retrace_float64(traced)
@@ -208,6 +211,54 @@ def find_following(traced: Traced, folding: Folding, known: Followers | None, no
     for row in zip(*traces):
         dtypes[row[0]] = tuple(getattr(n.meta.get("val"), "dtype", None) for n in row)
     return Following(folding, found, dtypes)
+
+
+def may_follow(folding: Folding, nodes: Sequence[Any], constants: frozenset[str]) -> bool:
+    """Whether a floating frontier value of ``folding`` may have another dtype in the float64 twin, so that only
+    that trace can tell (:func:`find_following`).
+
+    In the twin only the inputs and parameters are float64; buffers are the same tensors, and a folded value reads
+    neither an input nor a parameter. So its dtype can differ there only where something in what it is computed
+    from takes a dtype that may have been an activation's: a floating dtype argument (``arange(n,
+    dtype=h.dtype)``, ``cos.to(x.dtype)``, ``.float()``: the trace shows ``torch.float32`` either way), a ``new_*``
+    or ``*_like`` of a floating value that does not fold (``h.new_ones(...)``), or a floating constant tensor
+    (``torch.tensor(2.0, dtype=x.dtype)`` is a constant of the trace). Without any (ResNet's folded running
+    statistics are buffers read as they are), the twin would find the same dtypes, so it is not traced.
+
+    Args:
+        nodes: the traced nodes ``folding`` was computed from, in order.
+        constants: the names of the program's lifted constant placeholders.
+    """
+
+    sourced: set[Any] = set()  # folded values whose dtype may come from an activation's
+    for n in nodes:
+        if n not in folding.folded:
+            continue
+        if n.op == "placeholder":
+            if n.name in constants and _floating(n.meta.get("val")):
+                sourced.add(n)
+        elif any(a in sourced for a in n.all_input_nodes) or _takes_dtype(n, folding.folded):
+            sourced.add(n)
+    return any(n in sourced and _floating(folding.values.get(n)) for n in folding.frontier)
+
+
+def _takes_dtype(node: Any, folded: set[Any]) -> bool:
+    """Whether ``node`` is given a floating dtype, or takes the dtype of a floating value that does not fold."""
+    import torch
+
+    leaves, _ = torch.utils._pytree.tree_flatten((node.args, node.kwargs))
+    if any(isinstance(a, torch.dtype) and a.is_floating_point for a in leaves):
+        return True
+    if str(node.target) not in META_ONLY or not node.args or node.kwargs.get("dtype") is not None:
+        return False
+    first = node.args[0]
+    return first not in folded and _floating(getattr(first, "meta", {}).get("val"))
+
+
+def _floating(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
 
 
 def _reuse(nodes: Sequence[Any], folding: Folding, known: Followers) -> Following:

@@ -5,6 +5,13 @@ or another folding operation, and never a model input, a parameter, or a size of
 ``zeros_like`` and their kin read only the dtype and device of their tensor argument (and the ``*_like`` ones
 its shape, which must then be fixed), so that argument does not count. Random operations never fold.
 
+An in-place write (``fill_``, ``copy_``, ``index_put_``, a slice assignment) folds when it writes values that fold
+into a tensor made inside the folded region (never a buffer: that changes the module's state), as Swin's
+shifted-window mask is: ``new_zeros`` filled region by region through slices. The values are computed in trace
+order with real views, so each read sees the writes before it; a write after an operation that does not fold
+read the memory does not fold (that read would see the final value). At sizes a dynamic dim sets, the tensor does
+not fold, and since no op writes in place the import refuses, saying why (:attr:`Folding.refused`).
+
 Such a value is the same on every call the graph admits: it depends on no input's values, and on no input
 size either, since a size that ``dynamic_shapes`` leaves free is a traced symbol (a ``sym_size`` node, which
 reads the input) and a fixed size is the same on every call. So it is computed once, at import, from the
@@ -66,12 +73,21 @@ class Folding:
         folded: the traced nodes that fold (no node of their own, unless in ``frontier``).
         frontier: traced node -> the ``buffer`` :class:`Emit` that reproduces its value.
         values: folded traced node -> its value at import.
+        refused: an in-place write into a tensor made in the traced graph that did not fold -> why (no op writes
+            in place, so the translator gives this reason instead of a missing op).
     """
 
-    def __init__(self, folded: set[Any], frontier: dict[Any, Emit], values: dict[Any, Any]) -> None:
+    def __init__(
+        self,
+        folded: set[Any],
+        frontier: dict[Any, Emit],
+        values: dict[Any, Any],
+        refused: dict[Any, str] | None = None,
+    ) -> None:
         self.folded = folded
         self.frontier = frontier
         self.values = values
+        self.refused = refused if refused is not None else {}
 
 
 def fold(nodes: Iterable[Any], sources: Mapping[str, Any]) -> Folding:
@@ -83,39 +99,37 @@ def fold(nodes: Iterable[Any], sources: Mapping[str, Any]) -> Folding:
     import torch
 
     nodes = list(nodes)
+    roots = _roots(nodes)
     folds: set[Any] = set()
     for n in nodes:
         if n.op == "placeholder":
             if n.name in sources:
                 folds.add(n)
-        elif n.op == "call_function" and _folds(n, folds, torch):
+        elif n.op == "call_function" and _folds(n, folds, roots, torch):
             folds.add(n)
     # A tensor something writes into in place (an operation that does not fold) has another value after the
     # write than before: nothing that shares its memory folds, and nothing computed from those.
     for n in nodes:
-        schema = getattr(n.target, "_schema", None)
-        if n.op == "call_function" and schema is not None and schema.is_mutable and str(n.target) not in _NO_WRITE:
-            for written in n.all_input_nodes:
+        if n not in folds:
+            for written in _written(n):
                 if written in folds:
                     _drop_related(written, folds)
-    values: dict[Any, Any] = {}
-    with torch.no_grad():
-        for n in nodes:
-            if n not in folds:
-                continue
-            if n.op == "placeholder":
-                values[n] = sources[n.name].clone()  # never the module's own tensor
-                continue
-            args, kwargs = torch.fx.node.map_arg(
-                (n.args, n.kwargs), lambda a: values[a] if a in values else _stand_in(a, torch)
-            )
-            try:
-                values[n] = n.target(*args, **kwargs)
-            except Exception:
-                folds.discard(n)
-                _drop_users(n, folds)
+    # A folded write is evaluated where the trace has it, so what reads the tensor before it and after it sees
+    # what it saw in the module; an operation that does not fold reads the folded value only once, though, so
+    # one that reads the memory before a folded write into it refuses that write's folding, and evaluation
+    # starts again without it (each round folds fewer operations).
+    after_read: set[Any] = set()
+    while True:
+        values, late = _evaluate(nodes, folds, sources, torch)
+        if not late:
+            break
+        after_read.update(late)
+        for n in late:
+            for written in _written(n):
+                _drop_related(written, folds)
     # A frontier value no buffer can reproduce keeps its operation: it and what it reads are translated, and
     # what that reads becomes the frontier instead, until every frontier value has its buffer.
+    written_roots = {roots[w] for n in nodes if n in folds for w in _written(n)}
     while True:
         frontier: dict[Any, Emit] = {}
         refused = []
@@ -129,19 +143,126 @@ def fold(nodes: Iterable[Any], sources: Mapping[str, Any]) -> Folding:
             except Unsupported:
                 refused.append(n)
         if not refused:
-            return Folding(folds, frontier, {n: v for n, v in values.items() if n in folds})
+            kept = {n: v for n, v in values.items() if n in folds}
+            return Folding(folds, frontier, kept, _why_not(nodes, folds, roots, after_read))
         for n in refused:
-            folds.discard(n)
+            if roots[n] in written_roots:
+                _drop_related(n, folds)  # memory a folded write changes: the writes are translated, or refused
+            else:
+                folds.discard(n)
 
 
-def _folds(n: Any, folds: set[Any], torch: Any) -> bool:
+def _evaluate(
+    nodes: Sequence[Any], folds: set[Any], sources: Mapping[str, Any], torch: Any
+) -> tuple[dict[Any, Any], list[Any]]:
+    """The value of each folding node, in trace order, and the folded writes into memory that an operation that
+    does not fold had read before (or that failed half way), for :func:`fold` to unfold."""
+    values: dict[Any, Any] = {}
+    read_outside: set[int] = set()  # storages an operation that does not fold has read so far
+    late: list[Any] = []
+    with torch.no_grad():
+        for n in nodes:
+            if n not in folds:
+                read_outside.update(_storage(values.get(a)) for a in n.all_input_nodes if a in folds)
+                continue
+            if n.op == "placeholder":
+                values[n] = sources[n.name].clone()  # never the module's own tensor
+                continue
+            written = [w for w in _written(n) if w in values]
+            if any(_storage(values[w]) in read_outside for w in written):
+                late.append(n)
+                continue
+            args, kwargs = torch.fx.node.map_arg(
+                (n.args, n.kwargs), lambda a: values[a] if a in values else _stand_in(a, torch)
+            )
+            try:
+                values[n] = n.target(*args, **kwargs)
+            except Exception:
+                folds.discard(n)
+                _drop_users(n, folds)
+                if written:
+                    late.append(n)  # memory it may have half written: what shares it does not fold
+    read_outside.discard(0)
+    return values, late
+
+
+def _storage(value: Any) -> int:
+    """Which memory a tensor value lives in (0 for none)."""
+    storage = getattr(value, "untyped_storage", None)
+    return int(storage().data_ptr()) if storage is not None and storage().nbytes() else 0
+
+
+def _roots(nodes: Sequence[Any]) -> dict[Any, Any]:
+    """Traced node -> the node that made the memory it views (itself when it makes new memory), as each
+    operation's schema says (a return marked ``Tensor(a)`` views the argument marked so)."""
+    roots: dict[Any, Any] = {}
+    for n in nodes:
+        roots[n] = n
+        schema = getattr(n.target, "_schema", None) if n.op == "call_function" else None
+        if schema is None:
+            if n.op == "call_function" and str(n.target) == "<built-in function getitem>" and n.args:
+                roots[n] = roots.get(n.args[0], n)
+            continue
+        if not schema.returns or schema.returns[0].alias_info is None:
+            continue
+        for i, arg in enumerate(schema.arguments):
+            if arg.alias_info is not None and i < len(n.args) and hasattr(n.args[i], "op"):
+                roots[n] = roots.get(n.args[i], n)
+                break
+    return roots
+
+
+def _written(n: Any) -> list[Any]:
+    """The traced tensors ``n`` writes into in place (its schema's ``Tensor(a!)`` arguments)."""
+    schema = getattr(n.target, "_schema", None) if n.op == "call_function" else None
+    if schema is None or not schema.is_mutable or str(n.target) in _NO_WRITE:
+        return []
+    found = []
+    for i, arg in enumerate(schema.arguments):
+        value = n.args[i] if i < len(n.args) else n.kwargs.get(arg.name)
+        if arg.alias_info is not None and arg.alias_info.is_write and hasattr(value, "op"):
+            found.append(value)
+    return found
+
+
+def _why_not(nodes: Sequence[Any], folds: set[Any], roots: Mapping[Any, Any], after_read: set[Any]) -> dict[Any, str]:
+    """Why each in-place write into a tensor made in the traced graph did not fold (no op writes in place, so
+    such a write imports only folded): traced node -> the reason. ``after_read``: the writes that came after an
+    operation that does not fold read the memory they write."""
+    found: dict[Any, str] = {}
+    for n in nodes:
+        written = _written(n)
+        if n in folds or not written or any(roots[w].op == "placeholder" for w in written):
+            continue
+        root = roots[written[0]]
+        if n in after_read:
+            found[n] = (
+                f"writes in place into {root.name!r} ({root.target}) after an operation that does not fold read "
+                "it: a folded constant has one value, which that read would not see, and no op writes into part of "
+                "a tensor on every call"
+            )
+        elif not all(isinstance(s, int) for s in getattr(root.meta.get("val"), "shape", ())):
+            found[n] = (
+                f"writes in place into {root.name!r} ({root.target}), whose sizes follow a dynamic dim: "
+                "a tensor made and written in place folds into a constant at import only at fixed sizes, and no "
+                "op writes into part of a tensor on every call"
+            )
+        else:
+            found[n] = (
+                f"writes in place into {root.name!r} ({root.target}), and the tensor or the value written depends "
+                "on the inputs: a tensor made and written in place imports only as a constant folded at import, "
+                "and no op writes into part of a tensor on every call"
+            )
+    return found
+
+
+def _folds(n: Any, folds: set[Any], roots: Mapping[Any, Any], torch: Any) -> bool:
     target = str(n.target)
     tags = getattr(n.target, "tags", ())
     if torch.Tag.nondeterministic_seeded in tags:
         return False
-    schema = getattr(n.target, "_schema", None)
-    if schema is not None and schema.is_mutable and target not in _NO_WRITE:
-        return False  # an in-place write: what reads the tensor before it and after it sees different values
+    if any(roots[w].op == "placeholder" for w in _written(n)):
+        return False  # a write into a buffer or constant changes the module's state: never folded
     value = n.meta.get("val")
     if isinstance(value, torch.Tensor) and not all(isinstance(s, int) for s in value.shape):
         return False

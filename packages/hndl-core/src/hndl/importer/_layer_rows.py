@@ -130,6 +130,16 @@ def _stochastic_depth(call: Call) -> Emit:
     return Emit("drop_path", [x], {"p": float(m.p), "mode": str(m.mode)})
 
 
+def _global_response_norm(call: Call) -> Emit:
+    """timm's ``GlobalResponseNorm`` (ConvNeXt-V2) -> ``grn`` (channels last) or ``grn2d``: its fused ``addcmul``
+    has no op, and hndl's layer computes the same expression, so the outputs are equal bit for bit."""
+    x = _one_input(call)
+    m = call.module
+    op = "grn" if tuple(m.spatial_dim) == (1, 2) else "grn2d"
+    params = {"num_channels": int(m.weight.shape[0]), "eps": float(m.eps)}
+    return Emit(op, [x], params, _state_keys(call, {"weight": "weight", "bias": "bias"}))
+
+
 #: Layer class (``module.qualname``) -> row. A subclass that only adds a constructor maps like its base.
 MODULES: dict[str, Callable[[Call], Emit]] = {
     "torch.nn.modules.batchnorm.BatchNorm1d": _batchnorm("batchnorm1d"),
@@ -138,6 +148,7 @@ MODULES: dict[str, Callable[[Call], Emit]] = {
     "torch.nn.modules.rnn.LSTM": _recurrent("lstm"),
     "torch.nn.modules.rnn.GRU": _recurrent("gru"),
     "torchvision.ops.stochastic_depth.StochasticDepth": _stochastic_depth,
+    "timm.layers.grn.GlobalResponseNorm": _global_response_norm,
 }
 
 

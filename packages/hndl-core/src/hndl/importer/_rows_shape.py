@@ -43,22 +43,28 @@ def _reshape(site: Site) -> Emit | Alias:
         keep += 1
     if keep == len(after):  # nothing left to write: restate the last kept dim
         keep -= 1
-    sizes: list[int] = []
-    for size in after[keep:]:
-        plain = sym.plain(size)
-        if isinstance(plain, int):
-            sizes.append(plain)
-        elif -1 in sizes:
+    rest = after[keep:]
+    symbolic = [size for size in rest if not isinstance(sym.plain(size), int)]
+    inputs = [x]
+    if len(symbolic) <= 1:  # ints and one -1
+        sizes: list[int | str] = [p if isinstance(p, int) else -1 for p in map(sym.plain, rest)]
+    else:  # each symbolic size by its name, read from a tensor that has it (x itself, or the one it came from)
+        names = [sym.plain(size) for size in symbolic]
+        if None in names:
             raise Unsupported(
-                f"reshape to {sym.shape(site.out)} needs two symbolic sizes after the {keep} dim(s) it keeps; "
-                "hndl's reshape takes ints and one -1"
+                f"reshape to {sym.shape(site.out)}: the computed size {sym.entry(symbolic[names.index(None)])} is "
+                "not a dim of any traced tensor, and one -1 cannot give two symbolic sizes"
             )
-        else:
-            sizes.append(-1)
+        sizes = [sym.plain(size) for size in rest]  # type: ignore[misc]
+        like = _holder(site, symbolic)
+        if like is None:
+            raise Unsupported(f"reshape to {sym.shape(site.out)}: no traced tensor has its symbolic sizes")
+        if like is not x:
+            inputs.append(like)
     params: dict[str, Any] = {"shape": sizes}
     if keep:
         params["start_dim"] = keep
-    return Emit("reshape", [x], params)
+    return Emit("reshape", inputs, params)
 
 
 def _flatten(site: Site) -> Emit:
@@ -147,8 +153,10 @@ def _slice(site: Site) -> Emit | Alias:
     size = site.shape(x)[dim]
     if end is not None and not isinstance(end, int) and site.symbols.same(end, size):
         end = None
-    if not all(isinstance(v, int) for v in (start, step)) or not (end is None or isinstance(end, int)):
-        raise Unsupported("slice with computed bounds")
+    if not all(isinstance(v, int) for v in (start, step)):
+        raise Unsupported("slice with a computed start or step")
+    if end is not None and not isinstance(end, int):
+        return _slice_to_size(site, x, dim, start, end, step)
     if end is not None and (end >= _INT64_MAX or (isinstance(size, int) and end >= size)):
         end = None
     if start == 0 and end is None and step == 1:
@@ -157,6 +165,21 @@ def _slice(site: Site) -> Emit | Alias:
     if end is not None:
         params["end"] = end
     return Emit("slice", [x], params)
+
+
+def _slice_to_size(site: Site, x: Any, dim: int, start: int, end: Any, step: int) -> Emit:
+    """``x[:, :T]`` to a traced size (BERT's and CLIP's position ids, a buffer cut to the call's length): the
+    positions ``arange(start, T, step)``, read from the tensor ``T`` comes from on every call, picked by ``index``
+    (``slice`` takes int bounds). Within the range the trace assumed (``T`` at most the buffer's length), torch's
+    slice and this pick the same elements."""
+    from ._rows_tensors import _size_source
+
+    if start < 0:
+        raise Unsupported(f"a slice from {start} (counted from the end) to a computed size")
+    source, source_dim = _size_source(site, end)
+    positions = Emit("arange", [source], {"dim": source_dim, "start": start, "step": step})
+    params = {} if dim == 0 else {"dims": [dim]}
+    return Emit("index", [x, positions], params)
 
 
 def _expand(site: Site) -> Emit:
@@ -191,11 +214,12 @@ def _holder(site: Site, sizes: list[Any]) -> Any:
     """A traced tensor whose shape has every one of ``sizes``: one the sizes were read from (``x.shape[0]``)."""
     sym = site.symbols
     candidates: list[Any] = []
-    for value in site.args.get("size") or []:
+    for value in site.args.get("size") or site.args.get("shape") or []:
         source = getattr(value, "target", None)
         if source is not None and str(source) == "aten.sym_size.int":
             candidates.append(value.args[0])
     candidates.append(site.args.get("self"))
+    candidates.extend(n for n in site.node.graph.nodes if n.op == "placeholder" and n.name not in site.parameters)
     for c in candidates:
         if is_tensor_node(c) and all(any(sym.same(s, d) for d in c.meta["val"].shape) for s in sizes):
             return c

@@ -41,7 +41,10 @@ class Symbols:
 
     @staticmethod
     def expr(size: Any) -> Any:
-        """A size as a sympy expression or an int (``SymInt`` -> its expression)."""
+        """A size as a sympy expression or an int (``SymInt`` -> its expression; a traced size, the ``torch.fx``
+        node of a ``sym_size`` or of arithmetic on sizes, -> its value's)."""
+        if hasattr(size, "meta") and hasattr(size, "op"):
+            size = size.meta.get("val")
         node = getattr(size, "node", None)
         if node is not None:
             return node.expr
@@ -145,17 +148,45 @@ def name_symbols(placeholders: Sequence[tuple[str, Any]], specs: Sequence[Any], 
         axes = _axes(spec)
         for axis, size in enumerate(shape):
             e = Symbols.expr(size)
-            if isinstance(e, int) or not e.is_Symbol:
+            if isinstance(e, int):
                 continue
-            hints.setdefault(e, int(tensor.shape[axis]))
+            dim = axes.get(axis)
+            if not e.is_Symbol:
+                # a derived Dim (``32*Dim("h")``, as torch.export writes a size that must be a multiple): its one
+                # symbol is the root Dim's, named after it, its example value the trace's own
+                root = getattr(dim, "root", None)
+                if root is None or len(e.free_symbols) != 1:
+                    continue
+                e = next(iter(e.free_symbols))
+                dim = root
+                value = _traced_value(size, e)
+                if value is None:
+                    continue
+                hints.setdefault(e, value)
+            else:
+                hints.setdefault(e, int(tensor.shape[axis]))
             if e in names:
                 continue
-            name = _dim_name(axes.get(axis)) or f"{input_name}_dim{axis}"
+            name = _dim_name(dim) or f"{input_name}_dim{axis}"
             while name in taken:  # two different torch symbols must not share a name
                 name += "_"
             names[e] = name
             taken.add(name)
     return Symbols(names, hints)
+
+
+def _traced_value(size: Any, sym: Any) -> int | None:
+    """The example value torch's shape environment holds for ``sym`` (a root of a derived size), or None."""
+    env = getattr(getattr(size, "node", None), "shape_env", None)
+    # torch 2.14 renamed var_to_val (the old name warns)
+    table = getattr(env, "backed_var_to_val", None)
+    if table is None:
+        table = getattr(env, "var_to_val", {})
+    value = table.get(sym)
+    try:
+        return None if value is None else int(value)
+    except TypeError:
+        return None
 
 
 def _axes(spec: Any) -> dict[int, Any]:

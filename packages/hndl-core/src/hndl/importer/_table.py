@@ -181,6 +181,8 @@ FUNCTIONS: dict[str, Row] = {
     "aten.pow.Scalar": _power,
     "aten.minimum.default": _binary("minimum", numbers=False),
     "aten.maximum.default": _binary("maximum", numbers=False),
+    "aten.min.other": _binary("minimum", numbers=False),  # torch.min(a, b): T5's relative position buckets
+    "aten.max.other": _binary("maximum", numbers=False),
     "aten.matmul.default": lambda site: Emit("matmul", [site.tensor("self"), site.tensor("other")]),
     # comparisons and logic
     **{

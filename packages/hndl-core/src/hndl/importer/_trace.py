@@ -40,6 +40,7 @@ __all__ = [
     "reads_training",
     "retrace_autocast",
     "retrace_float64",
+    "same_in_training",
     "source_line",
     "trace",
     "tracing_error",
@@ -79,6 +80,8 @@ def trace(
     # so that dump is dropped and everything else written meanwhile (warnings) is passed on.
     captured = io.StringIO()
     failure: BaseException | None = None
+    # torch.export leaves what a forward assigns (self.cache = y) on the module, as a fake tensor: undone after.
+    saved = _attributes(module)
     with _modes(module, in_training), contextlib.redirect_stderr(captured):
         try:
             program = torch.export.export(
@@ -90,6 +93,8 @@ def trace(
             )
         except Exception as exc:
             failure = exc
+        finally:
+            _restore(saved)
     text = captured.getvalue()
     partial = getattr(failure, "partial_fx_graph", None)
     if isinstance(partial, str) and partial:
@@ -118,6 +123,9 @@ def retrace_float64(traced: Traced) -> Traced:
 
     import torch
 
+    made = traced.__dict__.get("_float64")  # the folded constants and the conversions ask for the same twin
+    if made is not None:
+        return made
     module = traced.module
     memo: dict[int, Any] = {id(b): b for b in module.buffers()}
     for p in module.parameters():
@@ -141,7 +149,9 @@ def retrace_float64(traced: Traced) -> Traced:
         return a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
 
     args = torch.utils._pytree.tree_map(wide, traced.args)
-    return trace(twin, args, traced.dynamic_shapes, traced.in_training, traced.preserve)
+    made = trace(twin, args, traced.dynamic_shapes, traced.in_training, traced.preserve)
+    traced.__dict__["_float64"] = made
+    return made
 
 
 def retrace_autocast(traced: Traced) -> Traced | None:
@@ -157,6 +167,103 @@ def retrace_autocast(traced: Traced) -> Traced | None:
             return trace(traced.module, traced.args, traced.dynamic_shapes, traced.in_training, traced.preserve)
     except (HndlError, RuntimeError):
         return None
+
+
+def same_in_training(module: Any, args: tuple[Any, ...], in_training: frozenset[str], readers: frozenset[str]) -> bool:
+    """Whether ``module`` runs the same operations with the layers at ``readers`` in training mode as in eval mode
+    (those at ``in_training`` in training mode both times): a dry run on fake tensors (no numbers computed) of the
+    example inputs, each mode's operations logged with what they were given (sizes, dtypes and every other
+    argument: a dropout probability, an attention's ``dropout_p``) and compared.
+
+    It stands in for a second ``torch.export`` trace, which costs as much as the first, where nothing differs: a
+    forward that reads ``self.training`` to pass ``dropout=0.0 if not self.training else self.attention_dropout``
+    with ``attention_dropout`` 0 (transformers' attention layers) runs the same operations either way. ``False``
+    when the operations differ or the dry run fails (a forward that reads a tensor's values): the trace decides.
+
+    The module is left as it was: its parameters and buffers are swapped for fake ones for the run (an in-place
+    update of a running statistic writes into a fake), and a run that assigns an attribute (a cache, a counter) is
+    undone and answers ``False``. A tensor the forward reads that is neither (a plain tensor attribute) fails the
+    run rather than being read, and written, as it is.
+    """
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def logged(flags: frozenset[str]) -> list[tuple[Any, ...]]:
+        calls: list[tuple[Any, ...]] = []
+        with _modes(module, flags), FakeTensorMode() as fake:
+            fakes = torch.utils._pytree.tree_map(
+                lambda a: fake.from_tensor(a) if isinstance(a, torch.Tensor) else a, (args, state)
+            )
+            with _op_log(calls):
+                torch.func.functional_call(module, fakes[1], fakes[0], strict=False)
+        return calls
+
+    state = {
+        **dict(module.named_parameters(remove_duplicate=False)),
+        **dict(module.named_buffers(remove_duplicate=False)),
+    }
+    saved = _attributes(module)
+    try:
+        return logged(in_training) == logged(in_training | readers) and _unchanged(module, saved)
+    except Exception:
+        return False
+    finally:
+        _restore(saved)
+
+
+#: Per layer: the layer, then its attribute dicts (its own, its parameters', buffers' and submodules'), copied.
+_Saved = list[tuple[Any, list[dict[str, Any]]]]
+
+
+def _attributes(module: Any) -> _Saved:
+    """What a forward may assign: each layer's attributes, parameters, buffers and submodules."""
+    return [(m, [dict(d) for d in (vars(m), m._parameters, m._buffers, m._modules)]) for m in module.modules()]
+
+
+def _unchanged(module: Any, saved: _Saved) -> bool:
+    """Whether every attribute :func:`_attributes` saved is the same object still, and no layer has others."""
+    now = _attributes(module)
+    if [m for m, _ in now] != [m for m, _ in saved]:
+        return False
+    for (_, before), (_, after) in zip(saved, now):
+        for old, new in zip(before, after):
+            if old.keys() != new.keys() or any(new[k] is not v for k, v in old.items()):
+                return False
+    return True
+
+
+def _restore(saved: _Saved) -> None:
+    for m, (own, parameters, buffers, modules) in saved:
+        for live, old in zip((vars(m), m._parameters, m._buffers, m._modules), (own, parameters, buffers, modules)):
+            if live.keys() != old.keys() or any(live[k] is not v for k, v in old.items()):
+                live.clear()
+                live.update(old)
+
+
+def _log_leaf(value: Any) -> Any:
+    """An argument as the dry run logs it: a tensor by its sizes and dtype, a number or name as it is."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    if value is None or isinstance(value, (bool, int, float, str, torch.dtype, torch.device, torch.layout)):
+        return value
+    return (type(value).__name__, repr(value))
+
+
+def _op_log(calls: list[tuple[Any, ...]]) -> Any:
+    """A dispatch mode that appends each operation run under it to ``calls`` (:func:`same_in_training`)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpLog(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            leaves, _ = torch.utils._pytree.tree_flatten((args, kwargs))
+            calls.append((str(func), tuple(kwargs), tuple(map(_log_leaf, leaves))))
+            return func(*args, **kwargs)
+
+    return OpLog()
 
 
 @contextmanager

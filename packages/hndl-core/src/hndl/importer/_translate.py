@@ -39,6 +39,7 @@ from .._registry import registry
 from ._aliases import Aliases
 from ._buffers import keep_state, program_tensors
 from ._calls import CallInfo, Calls, class_name
+from ._cast_follow import CastFollow, twin_dtypes
 from ._dtype_follow import Followers, Following, find_following
 from ._fallback import NotRebuildable, Rebuilt, rebuild
 from ._fold import META_ONLY, fold
@@ -78,7 +79,7 @@ def translate(
     """
     translator = _Translator(traced, example, dynamic_shapes, whole, known)
     graph = translator.run()
-    return graph, translator.readers, translator.following.findings()
+    return graph, translator.readers, translator.following.findings(translator.widths)
 
 
 def node_name(path: str) -> str:
@@ -183,6 +184,15 @@ class _Translator:
             self.traced, folding, self.known, self.graph.notes, class_name(self.root)
         )
         results: dict[Any, Any] = {}
+        widths = self.known.widths if self.known is not None else None
+        if widths is None:
+            widths = twin_dtypes(self.traced, self.nodes, set(folding.folded) | set(folding.frontier), self.graph.notes)
+        self.widths = widths
+        casts = CastFollow(
+            widths,
+            self.nodes,
+            lambda v: v in self.user_inputs or isinstance(results.get(v), (Emit, Alias, Port)),
+        )
         for n in self._operations():
             if self.calls.unit(n) is not None:
                 continue
@@ -192,7 +202,7 @@ class _Translator:
             if n in folding.folded:
                 continue
             try:
-                results[n] = following.check_reads(self._operation(n, aliases))
+                results[n] = following.check_reads(casts.adjust(n, self._operation(n, aliases)))
             except Unsupported as exc:
                 results[n] = exc
             result = results[n]
@@ -216,6 +226,8 @@ class _Translator:
                 "a constant computed at import",
                 waits="an op that fills a tensor of another's sizes; until then make the dim static",
             )
+        if row is None and n in self.folding.refused:  # an in-place write that only folding could import
+            raise Unsupported(self.folding.refused[n])
         if row is None:
             raise Unsupported(f"hndl has no op for {target}", waits=PENDING.get(target))
         try:

@@ -17,7 +17,7 @@ from . import (  # noqa: F401  (registration)
     _elementwise,
     _gather,
     _index,
-    _math,
+    _matmul,
     _norm,
     _positions,
     _recurrent,
@@ -26,4 +26,5 @@ from . import (  # noqa: F401  (registration)
     _shape,
     _tensor,
     _token_pool,
+    _tril_triu_roll,
 )

@@ -19,6 +19,7 @@ from ._attention_masks import check_mask, check_window
 from ._attention_ports import AttentionPorts
 from ._common import open_at
 from ._positions import ROPE, check_rope
+from ._sdpa_cache import sdpa_cache_outputs, sdpa_outputs
 
 #: The projections a ``bias`` list may name, in order.
 PROJECTIONS = ("q", "k", "v", "o")
@@ -414,8 +415,13 @@ def _sdpa_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     scores = None
     if q.shape is not None and k.shape is not None and open_at(q.shape) is None and open_at(k.shape) is None:
         scores = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    keys, past = sdpa_cache_outputs(p, inputs)  # with a cache the scores run over its slots
+    if scores is not None and (p.cache or p.past):
+        scores = None if keys is None else (*scores[:3], keys)
     if p.masked:
         check_mask(inputs[3], scores)
+    if past is not None:
+        return past
     if q.shape is None or v.shape is None or open_at(q.shape) is not None or open_at(v.shape) is not None:
         return [TensorType(None, q.dtype)]
     return [TensorType((*q.shape[:3], v.shape[3]), q.dtype)]
@@ -432,6 +438,20 @@ def _sdpa_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
         Param("scale", "float", default=None, nullable=True, doc="factor on q @ k^T; null: 1/sqrt(D)"),
         Param("dropout", "float", default=0.0, min=0, max=1, doc="dropout on the attention weights, in training only"),
         Param("masked", "bool", default=False, doc="a fourth input is a mask"),
+        Param(
+            "cache",
+            "bool",
+            default=False,
+            doc="a static key/value cache: inputs cache_k, cache_v [B, Hkv, M, D] and offset, k and v written "
+            "into them in place at slots offset .. offset+T-1",
+        ),
+        Param(
+            "past",
+            "bool",
+            default=False,
+            doc="a growing key/value cache: inputs past_k, past_v [B, Hkv, P, D]; outputs y, the keys and values "
+            "past and new (node.1, node.2) and the new ones (node.3, node.4)",
+        ),
     ],
     inputs=[
         Port("q", ["B", "H", "T", "D"], doc="queries: batch, heads, positions, head width"),
@@ -444,11 +464,24 @@ def _sdpa_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
             when="masked",
             doc="bool (true: attend) or additive float: [B, S] (padding), [B, T, S], or rank 4",
         ),
+        Port("cache_k", ["B", "Hkv", "M", "D"], dtype="same:q", when="cache", doc="the cached keys of M slots"),
+        Port("cache_v", ["B", "Hkv", "M", "Dv"], dtype="same:q", when="cache", doc="the cached values"),
+        Port("offset", [], dtype="int64", when="cache", doc="0-d: the cache slot of the first of the T new tokens"),
+        Port("past_k", ["B", "Hkv", "P", "D"], dtype="same:q", when="past", doc="the keys of the P earlier tokens"),
+        Port("past_v", ["B", "Hkv", "P", "Dv"], dtype="same:q", when="past", doc="their values"),
     ],
-    outputs=[Port("y", ["B", "H", "T", "Dv"], dtype="same:q")],
+    outputs=[
+        Port("y", ["B", "H", "T", "Dv"], dtype="same:q", doc="the attention's output (node.0 with past)"),
+        Port("keys", ["B", "Hkv", "P+T", "D"], dtype="same:q", doc="with past, node.1: the past and new keys"),
+        Port("values", ["B", "Hkv", "P+T", "Dv"], dtype="same:q", doc="with past, node.2: the past and new values"),
+        Port("new_keys", ["B", "Hkv", "T", "D"], dtype="same:q", doc="with past, node.3: k"),
+        Port("new_values", ["B", "Hkv", "T", "Dv"], dtype="same:q", doc="with past, node.4: v"),
+    ],
     infer=_sdpa_infer,
-    layer="hndl.torch.layers.SDPA",
-    inference="Hkv must divide H; the mask is [B, S], [B, T, S] or broadcastable to [B, H, T, S]; window needs causal",
+    count_outputs=sdpa_outputs,
+    layer=("hndl.torch.layers.SDPA", "hndl.torch.layers.CachedSDPA"),
+    inference="Hkv must divide H; the mask is [B, S], [B, T, S] or broadcastable to [B, H, T, S] (S = M with a "
+    "cache, P+T with a past); window needs causal; a cache or a past needs causal and k of the queries' T tokens",
     example={"op": "sdpa", "causal": True},
     input_shape_example=["B", 8, "T", 64],
     error_example={"inputs": [["B", 8, "T", 64], ["B", 3, "T", 64], ["B", 3, "T", 64]]},
@@ -462,7 +495,18 @@ def sdpa(p: Params, inputs: Sequence[TensorType]) -> Any:
     ``attention``'s: ``[B, S]``, ``[B, T, S]`` or rank 4, bool or additive) combine. Runs
     ``torch.nn.functional.scaled_dot_product_attention``; the key/value heads are repeated, or left to its
     ``enable_gqa`` where torch has it (2.5 and later) and there is no mask.
-    """
-    from ..torch.layers import SDPA
 
+    Caches, as ``attention``'s (causal self-attention only: ``k`` and ``v`` are the ``T`` new tokens'). With
+    ``cache: true`` three more inputs, ``cache_k``, ``cache_v`` ``[B, Hkv, M, D]`` and a 0-d int64 ``offset``:
+    ``k`` and ``v`` are written into them in place at slots ``offset .. offset+T-1`` and the queries attend over
+    the ``M`` slots, query ``i`` up to slot ``offset+i``; the mask is then over the slots (``[B, M]``). With
+    ``past: true`` two more inputs, ``past_k``, ``past_v`` ``[B, Hkv, P, D]`` (``P`` may be 0), and five outputs:
+    ``y``, the keys and values past and new ``[B, Hkv, P+T, D]`` and ``k``, ``v`` themselves; query ``i`` sits at
+    slot ``P+i`` and the mask is over the ``P+T`` slots. :func:`hndl.generation.with_kv_cache` gives them to the
+    ``sdpa`` nodes of an imported decoder.
+    """
+    from ..torch.layers import SDPA, CachedSDPA
+
+    if p.cache or p.past:
+        return CachedSDPA(causal=p.causal, window=p.window, scale=p.scale, dropout=p.dropout, past=p.past)
     return SDPA(causal=p.causal, window=p.window, scale=p.scale, dropout=p.dropout)

@@ -1,5 +1,5 @@
-"""Positions inside attention: rotary embeddings (``rotary``) and T5's relative position bias
-(``relative_position_bias``).
+"""Positions: a dim's indices (``positions``, for learned position embeddings), and positions inside attention:
+rotary embeddings (``rotary``) and T5's relative position bias (``relative_position_bias``).
 
 ``rotary``'s parameters are also what ``attention`` takes as its ``rope`` mapping: :data:`ROPE` is one
 :class:`Record` type made from the same :class:`~hndl.Param` objects, so the two cannot disagree about a key.
@@ -13,7 +13,7 @@ from typing import Any
 from .._contracts import TensorType, dtype_satisfies, format_shape, unknown_dim
 from .._param_types import ParamType, describe_value, excerpt
 from .._registry import REQUIRED, InferError, Param, Params, Port, op
-from ._common import open_at, provably_different
+from ._common import norm_dim, open_at, open_index, provably_different
 
 
 class Record(ParamType):
@@ -291,3 +291,42 @@ def relative_position_bias(p: Params, inputs: Sequence[TensorType]) -> Any:
     return RelativePositionBias(
         p.num_heads, num_buckets=p.num_buckets, max_distance=p.max_distance, bidirectional=p.bidirectional
     )
+
+
+# --- positions ------------------------------------------------------------------------------------------
+
+
+def _positions_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    shape = inputs[0].shape
+    if shape is None:
+        return [TensorType((unknown_dim(),), "int64")]
+    if open_at(shape) is not None:
+        index = open_index(shape, p.dim)
+        return [TensorType((unknown_dim() if index is None else shape[index],), "int64")]
+    if len(shape) == 0:
+        raise InferError("a 0-d input has no dim to count", port="x", expected="rank >= 1", actual="[]")
+    return [TensorType((shape[norm_dim(p.dim, len(shape))],), "int64")]
+
+
+@op(
+    "positions",
+    saves="none",
+    params=[Param("dim", "int", default=1, doc="the dim whose positions are counted (1: the T of [B, T, D])")],
+    inputs=[Port("x", None, dtype="any", doc="any tensor; only the size of dim is read")],
+    outputs=[Port("y", ["n"], dtype="int64")],
+    infer=_positions_infer,
+    layer="hndl.torch.layers.Positions",
+    inference="n is the size of the input's dim dim",
+    example={"op": "positions", "dim": 1},
+    input_shape_example=["B", "T"],
+    returns="new",
+)
+def positions(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """The int64 positions ``0 .. n-1`` of one dim of the input, for position embeddings.
+
+    ``[B, T]`` token ids give ``[T]``; an ``embedding`` of them gives ``[T, D]``, which ``add`` broadcasts
+    onto ``[B, T, D]``. The positions are made on the input's device.
+    """
+    from ..torch.layers import Positions
+
+    return Positions(p.dim)

@@ -13,8 +13,10 @@ from typing import Any
 
 from .._contracts import TensorType, format_shape, unknown_dim
 from .._dims import Dim, dim_add, dim_floordiv, dim_mul, format_dim
+from .._param_types import excerpt
 from .._registry import InferError, Param, Params, Port, op
 from ._common import norm_dim, open_at, open_index, product, promote, provably_different
+from ._tensor import _Sizes, resolve_sizes
 
 # --- concat ---------------------------------------------------------------------------------------------
 
@@ -223,11 +225,46 @@ def _start(p: Params, rank: int) -> int:
     return p.start_dim + rank if p.start_dim < 0 else p.start_dim
 
 
+class _ReshapeSizes(_Sizes):
+    """``reshape``'s target: sizes, ``-1`` once (the size that follows from the rest), or symbol names of a dim of
+    an input (``T``), read on every call: ``[B*T, 192]`` to ``[B, T, 192]`` needs two sizes no -1 can give."""
+
+    name, description = "reshape sizes", "list of sizes: integers, -1 once (the rest), or symbol names such as T"
+
+    def normalize(self, value: Any) -> tuple[Any, str]:
+        value, reason = super().normalize(value)
+        if reason:
+            return None, reason
+        if sum(v == -1 for v in value) > 1:
+            return None, f"may contain -1 at most once, got {excerpt(value)}"
+        return value, ""
+
+    def schema(self, bounds: Mapping[str, float]) -> dict[str, Any]:
+        return {**super().schema(bounds), "not": {"contains": {"const": -1}, "minContains": 2}}
+
+
+def _reshape_plan(p: Params, inputs: Sequence[TensorType]) -> list[tuple[str, int] | int]:
+    """Each target size as an int (-1 included) or the input dim a symbol names: ``("x", i)`` or ``("like", i)``.
+
+    Raises:
+        InferError: E_PARAM for a symbol neither input's shape has.
+    """
+    x = inputs[0].shape or ()
+    like = inputs[1].shape if len(inputs) > 1 else None
+    return [d if isinstance(d, int) else resolve_sizes([d], x, like)[0] for d in p.shape]
+
+
 def _reshape_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     t = inputs[0]
-    target = list(p.shape)
+    target: list[Any] = list(p.shape)
     if t.shape is None:
         return [TensorType(None, t.dtype)]
+    if any(isinstance(d, str) for d in target):
+        like = inputs[1].shape if len(inputs) > 1 else None
+        if open_at(t.shape) is not None or (like is not None and open_at(like) is not None):
+            return [TensorType(None, t.dtype)]
+        sources = {"x": t.shape, "like": like}
+        target = [d if isinstance(d, int) else sources[d[0]][d[1]] for d in _reshape_plan(p, inputs)]  # type: ignore[index]
     k = open_at(t.shape)
     if k is not None:
         if not 0 <= p.start_dim <= k:
@@ -263,7 +300,7 @@ def _reshape_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
                 ),
             )
         target = [fill if d == -1 else d for d in target]
-    elif isinstance(total, int) and total != known:
+    elif (isinstance(total, int) and total != known) or provably_different(total, known):
         raise InferError(
             f"the reshaped dims {format_shape(rest)} hold {total} elements, shape {list(p.shape)} holds {known}",
             port="x",
@@ -279,10 +316,18 @@ def _reshape_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     saves="none",
     passes_gradient=True,
     params=[
-        Param("shape", "shape", doc="the new sizes of dims start_dim..; -1 once for the size that follows"),
+        Param(
+            "shape",
+            _ReshapeSizes(),
+            doc="the new sizes of dims start_dim..; -1 once for the size that follows; a symbol names a dim of x "
+            "(or else of like), read on every call",
+        ),
         Param("start_dim", "int", default=0, doc="the first dim to reshape; earlier (batch) dims stay"),
     ],
-    inputs=[Port("x", None, dtype="any")],
+    inputs=[
+        Port("x", None, dtype="any"),
+        Port("like", None, dtype="any", optional=True, doc="a tensor whose dims the symbols in shape name"),
+    ],
     outputs=[Port("y", None, dtype="same:x")],
     infer=_reshape_infer,
     layer="hndl.torch.layers.Reshape",
@@ -298,7 +343,10 @@ def _reshape_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 def reshape(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Reshape the dims from ``start_dim`` on into ``shape``, keeping the dims before it.
 
-    ``reshape(shape=[4, 16], start_dim=2)`` turns ``[B, T, 64]`` into ``[B, T, 4, 16]``.
+    ``reshape(shape=[4, 16], start_dim=2)`` turns ``[B, T, 64]`` into ``[B, T, 4, 16]``. A symbol in ``shape``
+    names a dim of an input as the checker infers it, read on every call: ``{op: reshape, in: [h, input_ids],
+    shape: [B, T, 192]}`` turns ``[B*T, 192]`` back into ``[B, T, 192]`` (what one -1 cannot say), and ``{op:
+    reshape, in: mask, shape: [1, 1, T, T]}`` puts two dims in front of a ``[T, T]`` mask.
     """
     from ..torch.layers import Reshape
 
@@ -306,7 +354,7 @@ def reshape(p: Params, inputs: Sequence[TensorType]) -> Any:
     shape = inputs[0].shape if inputs else None
     if start < 0 and shape is not None and open_at(shape) is None:
         start += len(shape)
-    return Reshape(list(p.shape), start)
+    return Reshape(_reshape_plan(p, inputs), start)
 
 
 def _flatten_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:

@@ -1,8 +1,8 @@
-"""Tensors that are not a function of the data alone: parameter, positions, expand, scale.
+"""Tensors that are not a function of the data alone: parameter, expand, scale, type_as.
 
 ``parameter`` is a learned tensor of a fixed shape with no inputs (a class token, a position embedding, a layer
-scale); its constant twin is ``buffer`` (``_constant``). ``positions`` turns a dim's length into the indices ``0 .. n-1``; ``expand`` broadcasts to a shape
-whose symbolic sizes are read, at run time, from the tensors that carry them.
+scale); its constant twin is ``buffer`` (``_constant``). ``expand`` broadcasts to a shape whose symbolic sizes are
+read, at run time, from the tensors that carry them. (``positions``, a dim's indices, is in ``_positions``.)
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._contracts import TensorType, format_shape, unknown_dim
+from .._contracts import TensorType, format_shape
 from .._dims import SYMBOL_RE, Dim, format_dim, symbol
 from .._param_types import ParamType, excerpt
 from .._registry import InferError, Param, Params, Port, op
-from ._common import DTYPE_RULES, norm_dim, open_at, open_index, provably_different
+from ._common import DTYPE_RULES, open_at, provably_different
 
 # --- parameter ------------------------------------------------------------------------------------------
 
@@ -76,45 +76,6 @@ def parameter(p: Params, inputs: Sequence[TensorType]) -> Any:
     from ..torch.layers import LearnedTensor
 
     return LearnedTensor(list(p.shape), init=p.init, std=p.std, value=p.value)
-
-
-# --- positions ------------------------------------------------------------------------------------------
-
-
-def _positions_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
-    shape = inputs[0].shape
-    if shape is None:
-        return [TensorType((unknown_dim(),), "int64")]
-    if open_at(shape) is not None:
-        index = open_index(shape, p.dim)
-        return [TensorType((unknown_dim() if index is None else shape[index],), "int64")]
-    if len(shape) == 0:
-        raise InferError("a 0-d input has no dim to count", port="x", expected="rank >= 1", actual="[]")
-    return [TensorType((shape[norm_dim(p.dim, len(shape))],), "int64")]
-
-
-@op(
-    "positions",
-    saves="none",
-    params=[Param("dim", "int", default=1, doc="the dim whose positions are counted (1: the T of [B, T, D])")],
-    inputs=[Port("x", None, dtype="any", doc="any tensor; only the size of dim is read")],
-    outputs=[Port("y", ["n"], dtype="int64")],
-    infer=_positions_infer,
-    layer="hndl.torch.layers.Positions",
-    inference="n is the size of the input's dim dim",
-    example={"op": "positions", "dim": 1},
-    input_shape_example=["B", "T"],
-    returns="new",
-)
-def positions(p: Params, inputs: Sequence[TensorType]) -> Any:
-    """The int64 positions ``0 .. n-1`` of one dim of the input, for position embeddings.
-
-    ``[B, T]`` token ids give ``[T]``; an ``embedding`` of them gives ``[T, D]``, which ``add`` broadcasts
-    onto ``[B, T, D]``. The positions are made on the input's device.
-    """
-    from ..torch.layers import Positions
-
-    return Positions(p.dim)
 
 
 # --- scale ----------------------------------------------------------------------------------------------

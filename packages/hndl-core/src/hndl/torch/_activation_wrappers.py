@@ -33,11 +33,13 @@ _WRAPPER = _wrapper_class()
 
 def is_activation_wrapper(module: Any) -> bool:
     """Whether ``module`` is one of torch's activation wrappers holding a module."""
-    return (
-        _WRAPPER is not None
-        and isinstance(module, _WRAPPER)
-        and isinstance(module.__dict__.get("_modules", {}).get(WRAPPED), nn.Module)
-    )
+    # The child slot first: a dict lookup that fails for nearly every module, where ``isinstance`` against
+    # ``ActivationWrapper`` (an ABC) goes through ``ABCMeta.__instancecheck__``; a build asks this of every layer.
+    state = getattr(module, "__dict__", None)
+    children = state.get("_modules") if isinstance(state, dict) else None
+    if not isinstance(children, dict) or not isinstance(children.get(WRAPPED), nn.Module):
+        return False
+    return _WRAPPER is not None and isinstance(module, _WRAPPER)
 
 
 def unwrap(module: Any) -> Any:

@@ -1,4 +1,5 @@
-"""Graph -> modules: one torch module per node, sized by inference, in a ``ModuleDict`` keyed ``n_<name>``.
+"""Graph -> modules: one torch module per node, sized by inference, in a ``ModuleDict`` keyed ``n_<name>``, or at
+the node's ``module_path`` (``model.embed_tokens``; SPEC 6.7) with plain containers on the way.
 
 A ``graph`` node becomes a ``ModuleList`` with one :class:`._blocks.Block` (a ``ModuleDict`` with a ``forward``) per
 repetition, so a 12-layer block reads
@@ -26,10 +27,12 @@ from .._check import CheckedGraph, CheckedNode, check
 from .._contracts import FLOAT_DTYPES
 from .._errors import HndlError, ProblemList
 from .._graph import Graph
+from .._module_paths import NODES
 from .._plan import Plan, lower
 from .._registry import InferError
 from ..naming import dtype_name, suggestion
 from ._blocks import Block
+from ._containers import Container, place
 
 if TYPE_CHECKING:
     from ._module import GraphModule
@@ -94,22 +97,39 @@ def collection_paused() -> Iterator[None]:
 
 
 def build_nodes(
-    cg: CheckedGraph, problems: ProblemList, causes: list[BaseException] | None = None, *, kind: type = nn.ModuleDict
-) -> nn.ModuleDict:
-    """The modules of ``cg``'s nodes; a node whose builder fails adds a problem, and its exception to ``causes``.
-    The top level is a plain ``ModuleDict``; each subgraph use is a :class:`._blocks.Block`."""
+    cg: CheckedGraph,
+    problems: ProblemList,
+    causes: list[BaseException] | None = None,
+    *,
+    kind: type = Container,
+    base: tuple[str, ...] = (),
+) -> nn.Module:
+    """The modules of ``cg``'s nodes, each registered at its path below ``base`` (the path of the module made
+    here); a node whose builder fails adds a problem, and its exception to ``causes``.
+
+    The root level (``kind``: a :class:`._containers.Container`) holds the GraphModule's children: ``nodes``, a
+    ``ModuleDict`` of the nodes without a ``module_path``, first, then the names the ``module_path`` of the others
+    begin with. Each subgraph use is a :class:`._blocks.Block`; names on the way to a ``module_path`` are
+    containers (:func:`._containers.place`)."""
     modules = kind()
+    if not base:
+        modules.add_module(NODES, nn.ModuleDict())
+    depth = len(base)
     for node in cg.nodes:
-        key = node.path[-1]
+        where = node.path[depth:]
         if node.body:
             if node.indexed:
-                modules[key] = nn.ModuleList(build_nodes(sub, problems, causes, kind=Block) for sub in node.body)
+                blocks = [
+                    build_nodes(sub, problems, causes, kind=Block, base=(*node.path, str(r)))
+                    for r, sub in enumerate(node.body)
+                ]
+                place(modules, where, nn.ModuleList(blocks))
             else:
-                modules[key] = build_nodes(node.body[0], problems, causes, kind=Block)
+                place(modules, where, build_nodes(node.body[0], problems, causes, kind=Block, base=node.path))
             continue
         module = _build_leaf(node, problems, causes)
         if module is not None:
-            modules[key] = module
+            place(modules, where, module)
     return modules
 
 
@@ -151,7 +171,7 @@ def _build_leaf(node: CheckedNode, problems: ProblemList, causes: list[BaseExcep
     return module
 
 
-def tie_parameters(plan: Plan, nodes: nn.ModuleDict, problems: ProblemList) -> None:
+def tie_parameters(plan: Plan, nodes: nn.Module, problems: ProblemList) -> None:
     """Make each tied parameter the very ``Parameter`` of the node it names (both built by now).
 
     Reports an unknown target (E_REF), a parameter the node's own layer does not have (E_PARAM), two shapes
@@ -237,7 +257,7 @@ def _describe(node: CheckedNode) -> str:
     return f"{node.op} '{node.qualname}'"
 
 
-def _module_at(nodes: nn.ModuleDict, path: tuple[str, ...]) -> nn.Module:
+def _module_at(nodes: nn.Module, path: tuple[str, ...]) -> nn.Module:
     module: nn.Module = nodes
     for key in path:
         module = module._modules[key]  # type: ignore[assignment]

@@ -22,7 +22,8 @@ __all__ = ["BuiltModel"]
 
 
 class BuiltModel(nn.Module):
-    """A graph's layers (``nodes``, one module per node under ``n_<name>``), the graph and its plan."""
+    """A graph's layers (``nodes``, one module per node under ``n_<name>``, and the layers of nodes with a
+    ``module_path`` at that path), the graph and its plan."""
 
     graph: Graph
     _plan: Plan
@@ -31,9 +32,12 @@ class BuiltModel(nn.Module):
     validations: int
     _checkpointed: frozenset[int]
 
-    def __init__(self, plan: Plan, nodes: nn.ModuleDict) -> None:
+    def __init__(self, plan: Plan, layers: nn.Module) -> None:
         super().__init__()
-        self.nodes = nodes
+        # ``layers`` holds what the build placed at the root (``_build.build_nodes``): ``nodes`` first, then the
+        # first names of the ``module_path`` of the root graph's nodes (``model``, ``lm_head``).
+        for name, module in layers._modules.items():
+            self.add_module(name, module)
         self.graph = plan.checked.graph
         self._plan = plan
         self._build_state = BuildState.take(self, plan)
@@ -54,11 +58,12 @@ class BuiltModel(nn.Module):
         return self._build_state
 
     def node_module(self, path: Sequence[str]) -> nn.Module | None:
-        """The live module at a node's path under ``nodes`` (``step.node.path`` of a :attr:`plan` step), or
+        """The live module at a node's path from this model (``step.node.path`` of a :attr:`plan` step:
+        ``("nodes", "n_hidden")``, or a ``module_path``'s ``("model", "layers", "0", "mlp", "gate_proj")``), or
         ``None`` when something on the way was removed or set to ``None``. An activation wrapper on the way
         (``checkpoint_wrapper`` around a block) is seen through; one at the end is what is returned: it is what
         runs that node."""
-        module: Any = self._modules.get("nodes")
+        module: Any = self
         for key in path:
             if module is None:
                 return None

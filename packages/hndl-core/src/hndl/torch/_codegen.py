@@ -14,15 +14,16 @@ inside it be reported by node. Two functions are generated per graph, from its :
     swapped-in subclass runs its current code), skipping ``nn.Module.__call__``, unless the module has a
     forward/backward hook or was compiled with ``Module.compile()``, or the process has a global hook: then it
     calls the module. A few standard layers (:mod:`._inline`: Linear, ReLU, GELU, LayerNorm, hndl's Add) have
-    their forward written out while their class's ``forward`` is the one it was written from, and with no
-    gradient recorded an add may write into a private input. Each value's local is deleted right after the
+    their forward written out while their class's ``forward`` is the one it was written from; an add may write
+    into a private input, and a ReLU too while gradients are recorded (:mod:`._in_place`'s rule, tested on the
+    call by ``nograd``, ``alone`` and ``alone_grad``). Each value's local is deleted right after the
     last step that reads it. Anything else goes to ``validate``. The modules, the record's objects and the
     signature dict are the function's globals, bound by :func:`bind_execute` when the record is taken (every
     name the source reads is written here and bound here); the record catches any replacement of a module, so
     binding them is safe. A layer that raises is reported by node from its line (:func:`raise_failure`).
 
 ``unchecked(self, *inputs)``
-    The call used under ``torch.compile``: each step calls ``self.nodes[...]`` through ``__call__``, the
+    The call used under ``torch.compile``: each step calls ``self.nodes.n_...`` through ``__call__``, the
     plainest code for Dynamo to trace, with no check.
 
 Compiled code objects are shared by every GraphModule whose generated source is identical (a deep copy, a
@@ -48,7 +49,8 @@ from torch.nn import functional as _functional
 from .._errors import HndlError, Problem
 from .._plan import Plan
 from ._guards import signature_source
-from ._inline import Inline, InPlace, sole_owner, sole_owner_with_grad
+from ._in_place import InPlace, sole_owner, sole_owner_with_grad
+from ._inline import Inline
 from ._validate import CONTROL_FLOW, layer_failure
 
 __all__ = [
@@ -80,8 +82,10 @@ class Compiled:
 
 
 def module_expr(path: Sequence[str]) -> str:
-    """``nodes['n_blocks'][0]['n_attn']`` for a path under ``nodes``."""
-    return "nodes" + "".join(f"[{int(k)}]" if k.isdecimal() and k.isascii() else f"[{k!r}]" for k in path)
+    """``self.nodes.n_blocks[0].n_attn`` (``self.model.layers[0].mlp.gate_proj``) for a node's path from the
+    model: attribute access, which the check keeps unambiguous (a ``module_path`` part names no attribute of the
+    module it is registered on; ``n_<name>`` is none either)."""
+    return "self" + "".join([f"[{int(k)}]" if k.isdecimal() and k.isascii() else f".{k}" for k in path])
 
 
 #: A step's call form: through ``nn.Module.__call__`` (a hook, a compiled layer), or ``forward`` directly.
@@ -116,10 +120,10 @@ def compile_graph(
             ``nn.Module.__call__``: a hook, a compiled layer), :data:`FORWARD` (``m3.forward(...)``), or the
             layer's forward written out (an :class:`._inline.Inline`), guarded by ``k3.forward is f3`` so a
             patched class runs its own code.
-        in_place: the steps that may write into an input (:func:`._inline.in_place_steps`); their line tests
+        in_place: the steps that may write into an input (:func:`._in_place.in_place_steps`); their line tests
             ``nograd`` (computed once per call) against the step's modes, that the input's producer ``q3`` still
             has the ``forward`` ``g3`` it was judged by, and that nothing but this frame holds the input
-            (``alone``, :func:`._inline.sole_owner`; ``alone_grad``, :func:`._inline.sole_owner_with_grad`).
+            (``alone``, :func:`._in_place.sole_owner`; ``alone_grad``, :func:`._in_place.sole_owner_with_grad`).
         stores: the terms of the stores record's comparison, as source (``StoresRecord.terms``).
         signature: the signature condition, as source (:func:`._guards.signature_guard`).
         label: a readable name for the fake file (the graph name).
@@ -133,39 +137,44 @@ def compile_graph(
     counter = 0
     dead = _dead_after(plan)
     for i, step in enumerate(plan.steps):
-        ins = tuple(names[v] for v in step.inputs)
+        ins = tuple([names[v] for v in step.inputs])
         step_locals.append(ins)
-        outs: list[str] = []
-        for v in step.outputs:
-            names[v] = f"v{counter}"
-            outs.append(f"v{counter}")
+        if len(step.outputs) == 1:
+            target = names[step.outputs[0]] = f"v{counter}"
             counter += 1
-        target = ", ".join(outs) + ("," if len(outs) == 1 and len(step.outputs) > 1 else "")
+        else:
+            outs = [f"v{counter + j}" for j in range(len(step.outputs))]
+            names.update(zip(step.outputs, outs))
+            counter += len(outs)
+            target = ", ".join(outs)
         call_args = ", ".join(ins)
         # The trailing comment names the node, for anyone reading the generated code in a traceback.
         # ``m{i}.forward`` is looked up on every call, so the layer's current code runs: a class whose
         # ``forward`` was patched, a subclass swapped in. A hooked or compiled layer goes through ``__call__``.
         form = forms[i]
-        if form == CALL:
-            call = f"m{i}({call_args})"
-        elif isinstance(form, Inline):
-            fields = {"x": call_args, "p": f"p{i}", "d": f"d{i}", **{f"x{j}": a for j, a in enumerate(ins)}}
+        if isinstance(form, Inline):
+            fields = {"x": call_args, "p": f"p{i}", "d": f"d{i}"}
+            for j, a in enumerate(ins):
+                fields[f"x{j}"] = a
             template = form.template
             if i in in_place and form.in_place is not None:
                 written_into = in_place[i].operand
                 other = ins[1 - written_into] if len(ins) == 2 else ""
                 fields.update(t=ins[written_into], o=other, may=_may_write(i, in_place[i], ins[written_into]))
                 template = form.in_place
-            call = f"{template.format(**fields)} if k{i}.forward is f{i} else m{i}.forward({call_args})"
+            call = f"{template.format_map(fields)} if k{i}.forward is f{i} else m{i}.forward({call_args})"
+        elif form == CALL:
+            call = f"m{i}({call_args})"
         else:
             call = f"m{i}.forward({call_args})"
-        body.append((f"{target} = {call}  # {_comment(step.node.op, step.node.qualname)}", i))
-        unchecked_body.append(f"{target} = {module_expr(step.node.path)}({call_args})")
+        node = step.node
+        body.append((f"{target} = {call}  # {_comment(node.op, node.qualname)}", i))
+        unchecked_body.append(f"{target} = {module_expr(node.path)}({call_args})")
         if dead[i]:
             # Drop each value right after the last step that reads it, as torch.fx does: a local would otherwise
             # keep every activation alive until ``return``. Deleted after the step, never before it, so a step
             # that raises still has its inputs in the frame for the failure report.
-            release = "del " + ", ".join(names[v] for v in dead[i])
+            release = "del " + ", ".join([names[v] for v in dead[i]])
             body.append((release, i))
             unchecked_body.append(release)
     results = [names[v] for v in plan.output_ids]
@@ -195,12 +204,8 @@ def compile_graph(
     ]
     if in_place:
         lines.append("            nograd = not grad_enabled()")
-    line_map: dict[int, int] = {}
-    for text, index in body:
-        lines.append(f"            {text}")
-        line_map[len(lines)] = index
-    if not body:
-        lines.append("            pass")
+    first = len(lines) + 1  # the line number of the first step's line
+    lines += [f"            {text}" for text, _index in body] or ["            pass"]
     lines += [
         "        except Exception as exc:",
         "            fail(self, exc)",
@@ -209,8 +214,7 @@ def compile_graph(
         "    return validate(self, args, sig)",
         "",
         f"def unchecked(self{', ' + args if k else ''}):",
-        "    nodes = self.nodes",
-        *(f"    {text}" for text in unchecked_body),
+        *[f"    {text}" for text in unchecked_body],
         f"    return {ret}",
         "",
     ]
@@ -219,6 +223,7 @@ def compile_graph(
         hit = _cache.get(source)
     if hit is not None:
         return hit
+    line_map = {first + n: index for n, (_text, index) in enumerate(body)}
     digest = hashlib.sha1(source.encode()).hexdigest()[:12]
     filename = f"<hndl generated: {label} {digest}>"
     module_code = compile(source, filename, "exec")
@@ -296,7 +301,9 @@ def bind_execute(
         namespace[f"m{i}"] = _MISSING if module is None else calls[i]
         if module is not None and isinstance(form, Inline):
             # Bound with the record: it compares these dicts by identity on every call (see ._inline).
-            namespace.update({f"p{i}": module._parameters, f"d{i}": module.__dict__, f"k{i}": type(module)})
+            namespace[f"p{i}"] = module._parameters
+            namespace[f"d{i}"] = module.__dict__
+            namespace[f"k{i}"] = type(module)
             namespace[f"f{i}"] = form.original
     for i, step in in_place.items():
         namespace[f"q{i}"], namespace[f"g{i}"] = step.producer, step.producer_forward

@@ -73,6 +73,12 @@ def _all_nodes(checked: Any) -> Iterator[Any]:
             yield from _all_nodes(body)
 
 
+def _fixed_sizes(contract: Contract) -> dict[str, int]:
+    """The symbols a node fixes to one size (``D = 16`` for a ``linear`` of ``in_features`` 16; the checker's
+    ranges, :mod:`hndl._fixed_dims`), or a range given by hand with ``min == max``."""
+    return {r.symbol: r.minimum for r in contract.ranges if r.minimum is not None and r.minimum == r.maximum}
+
+
 def _constraints(model: BuiltModel, scalars: Sequence[str]) -> tuple[list[tuple[Any, int]], set[str]]:
     """What the graph requires of its symbols for torch.export: every requirement a node's shape arithmetic
     imposes (``H >= 7``), and every symbolic dim of every input and value at least 2 (export specializes a dim
@@ -87,6 +93,7 @@ def _constraints(model: BuiltModel, scalars: Sequence[str]) -> tuple[list[tuple[
 
     for _name, contract in _inputs(model):
         found += [(d, 2) for d in contract.shape.dims if d is not None and symbolic(d)]
+        static |= set(_fixed_sizes(contract)) & known  # a size a node fixes is no dynamic dim
     for node in _all_nodes(model.plan.checked):
         found += [(r.dim, r.minimum) for r in node.requires if symbolic(r.dim)]
         for t in node.out_types:
@@ -164,9 +171,11 @@ def _resolve_dims(model: BuiltModel, dims: Mapping[str, Any]) -> tuple[dict[str,
     given = {v for v in dims.values() if isinstance(v, int)}
     given |= {v for run in dims.values() if isinstance(run, Sequence) for v in run if isinstance(v, int)}
     minima = symbol_ranges(model)
+    fixed = {s: n for _name, contract in _inputs(model) for s, n in _fixed_sizes(contract).items()}
+    given |= set(fixed.values())
     sizes: dict[str, int] = {}
     for symbol in scalars:
-        value = dims.get(symbol)
+        value = dims.get(symbol, fixed.get(symbol))
         if value is None:
             # The smallest size the graph is valid at under torch.export, distinct from every other example.
             value = next(n for n in itertools.count(minima.get(symbol, _FIRST_DEFAULT)) if n not in given)
@@ -250,14 +259,18 @@ def example_inputs(model: BuiltModel, **dims: Any) -> tuple[torch.Tensor, ...]:
     return tuple(inputs)
 
 
-def dynamic_shapes(model: BuiltModel, **dims: Any) -> tuple[tuple[dict[int, Any], ...]]:
+def dynamic_shapes(model: BuiltModel, **dims: Any) -> dict[str, dict[int, Any]]:
     """``dynamic_shapes`` for ``torch.export.export(model, args, ...)``: one ``Dim`` per symbol, shared.
 
     Each symbol of the input contracts becomes ``torch.export.Dim(symbol)`` at every position where it is
     written, so ``B`` in two inputs is one dynamic dim; ``2*T`` or ``T+1`` becomes a derived dim of ``T``. Fixed
     entries (``784``) stay static. A ``*name`` entry becomes one ``Dim`` per dim it stands for (``batch_0``,
-    ``batch_1``, ...); its count comes from ``dims`` as in :func:`example_inputs`. The result is nested as
-    ``GraphModule.forward(*args)`` needs: a one-item tuple holding one ``{dim index: Dim}`` per input.
+    ``batch_1``, ...); its count comes from ``dims`` as in :func:`example_inputs`. The result is keyed by input name, as ``forward``'s
+    signature names the inputs (``{"input_ids": {0: Dim("B"), 1: Dim("T")}, ...}``, one ``{dim index: Dim}`` per
+    input), so it serves ``torch.export`` whether it gets the inputs by position (``args``) or by name
+    (``kwargs``); ``tuple(model.dynamic_shapes().values())`` is the form with one entry per input. (It was the
+    one-item tuple ``(({...}, ...),)`` that a ``forward(*args)`` signature needed, which torch.export refuses now
+    that the signature names the inputs.)
 
     Raises:
         HndlError: E_INPUT for an unknown symbol name, or for an entry that torch.export cannot express as a
@@ -305,7 +318,8 @@ def dynamic_shapes(model: BuiltModel, **dims: Any) -> tuple[tuple[dict[int, Any]
         out = made[root] if scale == 1 else scale * made[root]
         return out + offset if offset else out
 
-    return (tuple({p: export_dim(*where) for p, where in spec.items()} for spec in positions),)
+    names = [name for name, _contract in _inputs(model)]
+    return {name: {p: export_dim(*where) for p, where in spec.items()} for name, spec in zip(names, positions)}
 
 
 # The largest size torch.export lets a dim reach (torch 2.4 checks derived dims against it).

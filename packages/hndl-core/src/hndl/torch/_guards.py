@@ -326,58 +326,37 @@ def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
             seen.add(id(module))
             modules.append(module)
     unroll = len(modules) <= UNROLL_LIMIT  # past the limit the precise form is inlined instead
-    names = _Names(enabled=unroll)
-    terms: list[str] = []  # the unrolled comparison, one term per fact
-    empties: list[str] = []  # names of the dicts that were empty
     keyed: list[dict[Any, Any]] = []
     tensor_dicts: list[dict[Any, Any]] = []
     submodules: list[dict[Any, Any]] = []
     empty: list[dict[Any, Any]] = []
     live: list[dict[Any, Any]] = []
-    slots: list[tuple[str, dict[Any, Any], str, Any]] = []  # (source, store dict, name, tensor)
+    slots: list[tuple[dict[Any, Any], str, Any]] = []  # (store dict, name, tensor)
     instance_dicts: list[dict[str, Any]] = []
-
-    def watch_hooks(hooks: dict[Any, Any]) -> None:
-        if hooks:
-            live.append(hooks)
-            terms.append(f"{names('h', hooks)} == {names('c', dict(hooks))}")
-        else:
-            empty.append(hooks)
-            empties.append(names("e", hooks))
-
     for module in modules:
-        m, d = names("m", module), names("d", module.__dict__)
-        terms.append(f"type({m}) is {names('t', type(module))}")
+        hooks: tuple[dict[Any, Any], ...] = ()
         if id(module) in leaf_ids:
             instance_dicts.append(module.__dict__)
-            terms.append(f"len({d}) == {len(module.__dict__)}")
-            for hooks in hook_dicts(module):
-                watch_hooks(hooks)
+            hooks = hook_dicts(module)
+        for h in hooks:
+            (live if h else empty).append(h)
         for attr in _STORES:
             store = getattr(module, attr)
-            s = names("s", store)
-            terms.append(f"{d}[{attr!r}] is {s}")
             if not store:
                 empty.append(store)
-                empties.append(s)
-                continue
-            keyed.append(store)
-            terms.append(f"tuple({s}) == {names('k', tuple(store))}")
-            (submodules if attr == "_modules" else tensor_dicts).append(store)
-            for key, value in store.items():
-                if value is None or attr == "_modules":
-                    terms.append(f"{s}[{key!r}] is {names('v', value)}")
-                else:
-                    slots.append((f"{s}[{key!r}]", store, key, value))
-    for hooks in GLOBAL_HOOK_DICTS:
-        watch_hooks(hooks)
-    if empties:
-        terms.append("not (" + " or ".join(empties) + ")")
-    check = _tensor_check([value for *_, value in slots]) if unroll else None
-    if check is not None:
-        terms.append(f"{names('check', check)}(" + ", ".join(src for src, *_ in slots) + ")")
-    elif slots:
-        terms += [g.source for g in TENSOR_FACTS]
+            elif attr == "_modules":
+                keyed.append(store)
+                submodules.append(store)
+            else:
+                keyed.append(store)
+                tensor_dicts.append(store)
+                slots += [(store, key, value) for key, value in store.items() if value is not None]
+    for h in GLOBAL_HOOK_DICTS:
+        (live if h else empty).append(h)
+    names = _Names(enabled=unroll)
+    # The unrolled terms only where they are used: past the limit building their text would cost several
+    # microseconds per module of every build, for nothing.
+    terms = _unrolled_terms(modules, leaf_ids, names, [value for *_, value in slots]) if unroll else []
     namespace = names.namespace
     namespace.update(
         _HELPERS,
@@ -406,7 +385,53 @@ def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
         precise=precise,
         namespace=namespace,
         keyed=tuple(keyed),
-        tensor_slots=tuple((store, key) for _src, store, key, _value in slots),
+        tensor_slots=tuple((store, key) for store, key, _value in slots),
         tensor_ids=tuple(id(value) for *_, value in slots),
         counts=(len(modules), len(keyed), len(empty), len(slots)),
     )
+
+
+def _unrolled_terms(modules: Sequence[nn.Module], leaf_ids: set[int], names: _Names, tensors: list[Any]) -> list[str]:
+    """The unrolled comparison, one term per fact, over the names ``names`` allocates (in the order
+    :func:`take_record` gathers the same facts: per module its type, instance dict length and hook dicts for a
+    node module, its stores; then the global hook dicts, the empty dicts, the tensors)."""
+    terms: list[str] = []
+    empties: list[str] = []  # names of the dicts that were empty
+    sources: list[str] = []  # the source of each registered tensor, as ``tensors`` lists them
+
+    def watch_hooks(hooks: dict[Any, Any]) -> None:
+        if hooks:
+            terms.append(f"{names('h', hooks)} == {names('c', dict(hooks))}")
+        else:
+            empties.append(names("e", hooks))
+
+    for module in modules:
+        m, d = names("m", module), names("d", module.__dict__)
+        terms.append(f"type({m}) is {names('t', type(module))}")
+        if id(module) in leaf_ids:
+            terms.append(f"len({d}) == {len(module.__dict__)}")
+            for hooks in hook_dicts(module):
+                watch_hooks(hooks)
+        for attr in _STORES:
+            store = getattr(module, attr)
+            s = names("s", store)
+            terms.append(f"{d}[{attr!r}] is {s}")
+            if not store:
+                empties.append(s)
+                continue
+            terms.append(f"tuple({s}) == {names('k', tuple(store))}")
+            for key, value in store.items():
+                if value is None or attr == "_modules":
+                    terms.append(f"{s}[{key!r}] is {names('v', value)}")
+                else:
+                    sources.append(f"{s}[{key!r}]")
+    for hooks in GLOBAL_HOOK_DICTS:
+        watch_hooks(hooks)
+    if empties:
+        terms.append("not (" + " or ".join(empties) + ")")
+    check = _tensor_check(tensors)
+    if check is not None:
+        terms.append(f"{names('check', check)}(" + ", ".join(sources) + ")")
+    elif sources:
+        terms += [g.source for g in TENSOR_FACTS]
+    return terms

@@ -21,27 +21,31 @@ from torch import nn
 from .._errors import HndlError, Problem
 from .._plan import Plan
 from ..naming import suggestion
-from . import _checkpointing, interop
+from . import _checkpointing, _embeddings, interop
 from ._activation_wrappers import unwrap
 from ._binding import bind_inputs
 from ._built import BuiltModel
 from ._export import not_scriptable
+from ._forward import restore, sign, unsigned
 from ._fsdp import reshard_after_failure
 from ._guards import VERSION_ATTR, bump
 from ._per_step import adopt
-from ._runtime import Runtime, install, leaves, start
+from ._runtime import Runtime, blocks, install, leaves, start
 from ._signatures import SIGNATURE_CACHE_SIZE
 
 __all__ = ["SIGNATURE_CACHE_SIZE", "GraphModule"]
 
 _is_compiling = torch.compiler.is_compiling
+# Dynamo alone (torch.compile, strict export); a non-strict torch.export runs this module's Python as written.
+_is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", _is_compiling)
 
 # Attributes rebuilt for every instance (after deepcopy, copy or unpickling) rather than copied.
 _RUNTIME_KEYS = ("_runtime", VERSION_ATTR)
 
 
 class GraphModule(BuiltModel):
-    """A built graph: ``nodes`` holds one torch module per node (key ``n_<name>``).
+    """A built graph: ``nodes`` holds one torch module per node (key ``n_<name>``); a node with a ``module_path``
+    has its layer at that path instead (``model.layers.0.mlp.gate_proj``). :meth:`layer` finds either by node.
 
     Call it with the graph's inputs, positionally in declaration order or by name. One output is returned as
     a tensor, several as a tuple.
@@ -70,9 +74,19 @@ class GraphModule(BuiltModel):
     Converting one layer on its own (``model.nodes.n_hidden.half()``) changes its tensors' dtypes in place:
     ``E_RUNTIME`` on the next call; convert the whole model.
 
-    With no gradient recorded, a residual ``add`` may write into an input that nobody else can observe (made new
-    by an unhooked layer, read once, held by the call alone on that call: SPEC 11.1); a kept hook output, the
-    caller's tensors and registered tensors are never written.
+    **Swaps by well-known tools** are taken as :meth:`replace_layer` takes a swap (``hndl/torch/_swaps.py``):
+    PEFT's tuner layers (``get_peft_model``, ``PeftModel.from_pretrained``, ``load_adapter``/``delete_adapter``
+    adding or dropping whole adapters), ``merge_and_unload()`` putting the held layer back, and a quantized Linear
+    from ``quantize_dynamic`` or eager-mode ``convert``. The validation that finds one checks that it keeps the
+    layer's contract (the same ``in_features``/``out_features``, the build's dtypes, a wrapper's ``base_layer``
+    holding the built layer unchanged), makes it the build of its node and runs every node with its outputs
+    checked; later edits are compared against it. Any other class is ``E_RUNTIME`` naming both classes with
+    their modules (``the build made torch.nn.Linear, now it is peft.tuners.lora.layer.Linear``).
+
+    A residual ``add`` may write into an input that nobody else can observe (made new by an unhooked layer, read
+    once, held by the call alone on that call: SPEC 11.1), and a ``relu`` too while gradients are recorded (then
+    only where the input's producer keeps nothing of it for backward); a kept hook output, the caller's tensors
+    and registered tensors are never written.
 
     **Not detected** (the fast path keeps running): a same-shape, same-dtype tensor swapped in under its
     registered name (what ``torch.func.functional_call`` does; it stays on the fast path and is not kept
@@ -93,10 +107,11 @@ class GraphModule(BuiltModel):
     _runtime: Runtime
     _state_version: int
 
-    def __init__(self, plan: Plan, nodes: nn.ModuleDict) -> None:
-        super().__init__(plan, nodes)
+    def __init__(self, plan: Plan, layers: nn.Module) -> None:
+        super().__init__(plan, layers)
         self.validations = 0
         start(self, verified=True)  # the build state was just taken from these modules
+        sign(self, plan.input_names, GraphModule.forward)  # forward's signature names the inputs (._forward)
 
     # -- what the model is made of (public, read-only; ``plan``, ``build_state``, ``node_module``: _built.py) --
 
@@ -125,6 +140,11 @@ class GraphModule(BuiltModel):
         records for it from now on. The next call validates, running the new layer with its outputs checked
         against the node's contract (``E_CONTRACT`` naming the node when they break it).
 
+        Not needed for the swaps well-known tools make (PEFT's tuner layers, ``merge_and_unload``, quantized
+        Linear layers, anywhere in the tree): the next call adopts those itself when they keep the layer's
+        contract (see the class docstring and SPEC 11.2). Anything else left in a layer's place without this
+        method is ``E_RUNTIME`` on the next call.
+
         Args:
             node: the node's qualified name, as errors name it (``"hidden"``, ``"blocks.0.attn"``).
             module: the new layer.
@@ -146,14 +166,64 @@ class GraphModule(BuiltModel):
                 )
             )
         path = step.node.path
-        parent = unwrap(self.node_module(path[:-1])) if len(path) > 1 else self._modules["nodes"]
+        parent = unwrap(self.node_module(path[:-1]))
         if parent is None:
-            raise HndlError(step.node.problem("E_RUNTIME", "the module holding this node's layer was removed"))
+            raise HndlError(
+                step.node.problem(
+                    "E_RUNTIME", f"the module holding this node's layer ('{'.'.join(path[:-1])}') was removed"
+                )
+            )
         with self._runtime.lock:
             adopt(module.modules(), self._runtime.per_step)  # it shares the model's per-step values
-            self._build_state.adopt("nodes." + ".".join(path), module, step.node.qualname, step.node.op)
+            self._build_state.adopt(".".join(path), module, step.node.qualname, step.node.op)
             parent.add_module(path[-1], module)  # PyTorch's registration hook gives a new state version
             bump(self)
+
+    def layer(self, node: str) -> nn.Module:
+        """The live layer of node ``node``, wherever it is registered: ``model.layer("layers.0.gate_proj")`` is
+        ``model.model.layers[0].mlp.gate_proj`` when the spec gives it ``module_path: mlp.gate_proj``, and
+        ``model.nodes["n_hidden"]`` for a node ``hidden`` without one. A subgraph use (``"layers.0"``) gives its
+        block, a repeated ``graph`` node (``"layers"``) its ``ModuleList``.
+
+        Raises:
+            HndlError: E_REF when no node has that name (with the closest); E_RUNTIME when its layer, or a module
+                on the way to it, was removed.
+        """
+        path, checked = self._node_path(node)
+        found = self.node_module(path)
+        if found is None:
+            raise HndlError(
+                checked.problem("E_RUNTIME", f"the layer at '{'.'.join(path)}' (or a module on the way) was removed")
+            )
+        return found
+
+    def layer_name(self, node: str) -> str:
+        """The dotted module name of node ``node``'s layer, as ``named_modules()`` and ``state_dict`` spell it
+        (``"model.layers.0.mlp.gate_proj"``, ``"nodes.n_hidden"``): what a TP plan, an FSDP wrap policy or a
+        pipeline ``split_spec`` names. Raises E_REF for an unknown node, as :meth:`layer` does."""
+        return ".".join(self._node_path(node)[0])
+
+    def _node_path(self, node: str) -> tuple[tuple[str, ...], Any]:
+        plan = self._plan
+        for step in plan.steps:
+            if step.node.qualname == node:
+                return step.node.path, step.node
+        for group in plan.groups:
+            if group.qualname == node:
+                return group.path, group.node
+            if group.node.qualname == node:
+                return group.node.path, group.node
+        names = [s.node.qualname for s in plan.steps] + [g.qualname for g in plan.groups]
+        raise HndlError(
+            Problem(
+                "E_REF",
+                f"graph '{self.graph.name}' has no node {node!r}",
+                node=node if isinstance(node, str) else None,
+                expected="a node's qualified name: " + ", ".join(names[:8]) + (", ..." if len(names) > 8 else ""),
+                actual=repr(node),
+                hint=suggestion(node, names) if isinstance(node, str) else None,
+            )
+        )
 
     # -- activation checkpointing (hndl/torch/_checkpointing.py; SPEC.md section 16) ------------------------
 
@@ -219,8 +289,14 @@ class GraphModule(BuiltModel):
     # -- calling (the handlers the generated call runs: hndl/torch/_runtime.py) -----------------------------
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the graph on its inputs, by position in declaration order or by name: ``model.forward(input_ids,
+        attention_mask)``. A built model's ``inspect.signature(model.forward)`` names them (``hndl/torch/_forward.py``:
+        the model's class is a subclass named like its own), as HF ``Trainer`` and ``torch.export`` read it; a
+        missing, unknown or doubled input is ``E_INPUT``."""
         if _is_compiling():
             # Before any comparison: Dynamo traces plain module calls, and no Python state is consulted.
+            if not _is_dynamo_compiling():
+                _call_instance_forwards(self)
             names = self._plan.input_names
             inputs = (
                 args if not kwargs and len(args) == len(names) else bind_inputs(names, self.graph.name, args, kwargs)
@@ -252,6 +328,16 @@ class GraphModule(BuiltModel):
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         start(self, verified=False)
+        sign(self, self._plan.input_names, GraphModule.forward)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # The signed class is not importable by name: unpickle an instance of the class it was derived from,
+        # which __setstate__ signs again.
+        reduced = super().__reduce_ex__(protocol)
+        base = unsigned(type(self))
+        if base is type(self) or not isinstance(reduced, tuple) or len(reduced) < 3:
+            return reduced
+        return (restore, (base,), *reduced[2:])
 
     def __deepcopy__(self, memo: dict[int, Any]) -> GraphModule:
         # The record, generated code and signature cache are rebuilt for the clone's own modules, so the clone's
@@ -273,8 +359,8 @@ class GraphModule(BuiltModel):
         """Inputs satisfying every contract (``B=4``; others default): see :func:`hndl.torch.example_inputs`."""
         return interop.example_inputs(self, **dims)
 
-    def dynamic_shapes(self, **dims: Any) -> tuple[tuple[dict[int, Any], ...]]:
-        """``torch.export`` dynamic dims, one per symbol: see :func:`hndl.torch.dynamic_shapes`."""
+    def dynamic_shapes(self, **dims: Any) -> dict[str, dict[int, Any]]:
+        """``torch.export`` dynamic dims, one per symbol, keyed by input name: see :func:`hndl.torch.dynamic_shapes`."""
         return interop.dynamic_shapes(self, **dims)
 
     def pipeline_stages(
@@ -291,6 +377,21 @@ class GraphModule(BuiltModel):
         """The modules to pass to FSDP2's ``fully_shard``: see :func:`hndl.torch.shard_units`."""
         return interop.shard_units(self)
 
+    def get_output_embeddings(self) -> nn.Module | None:
+        """The output head of a language model graph, as transformers' method of this name answers it: the layer
+        of the ``linear`` node whose output is a graph output and whose weight is an ``embedding`` node's (tied)
+        or has its shape; None when the graph has no such node (``hndl/torch/_embeddings.py``).
+
+        PEFT's ``target_modules="all-linear"`` leaves this layer out only for transformers' ``PreTrainedModel``
+        (peft 0.21 checks the class): on a GraphModule pass ``exclude_modules=["lm_head"]`` as well (its module
+        name, ``next(n for n, m in model.named_modules() if m is model.get_output_embeddings())``)."""
+        return _embeddings.output_embeddings(self)
+
+    def get_input_embeddings(self) -> nn.Module | None:
+        """The token embedding, as transformers' method of this name answers it: the ``embedding`` node's layer
+        the output head matches, else the first ``embedding`` node reading a graph input; None without one."""
+        return _embeddings.input_embeddings(self)
+
     def __prepare_scriptable__(self) -> GraphModule:
         raise not_scriptable(self)  # torch.jit.script calls this first: say what to use instead
 
@@ -301,3 +402,17 @@ class GraphModule(BuiltModel):
         from .._summary import summary
 
         return summary(self, depth=depth, train=train, optimizer=optimizer, **dims)
+
+
+def _call_instance_forwards(model: GraphModule) -> None:
+    """Before a non-Dynamo trace (``torch.export``'s default, which ``torch.distributed.pipelining.pipeline``
+    runs): a block given its own ``forward`` since the call was generated (a ``split_spec`` wraps it to mark a
+    split point; a plain attribute write, which no registration hook reports) is made a step that calls it, so
+    the trace runs that forward. Costs a walk over the blocks per traced call, never on the fast path."""
+    runtime = model._runtime
+    running = {step.node.path for step in runtime.plan.steps}
+    for group, block in zip(model.plan.groups, blocks(model)):
+        if block is not None and "forward" in block.__dict__ and group.path not in running:
+            with runtime.lock:
+                install(model, leaves(model), runtime.stores)
+            return

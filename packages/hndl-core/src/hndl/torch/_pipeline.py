@@ -4,7 +4,7 @@ A model splits between steps of its plan: at named nodes (``split_at=["blocks.2"
 each), or into ``num_stages`` of about equal multiply-adds at the given dims. A split may fall between two
 repetitions of a repeated subgraph (``blocks.2`` is the third repetition), never inside one. Each stage is a
 :class:`Stage`: a module holding exactly the layers it runs, under the same names as in the model (stage 1 of a
-GPT-2 has ``nodes.n_h.6...``, so its ``state_dict`` keys are the model's), and a ``forward`` that takes the values
+GPT-2 has ``transformer.h.6...``, so its ``state_dict`` keys are the model's), and a ``forward`` that takes the values
 crossing into it and returns those crossing out, in the order :attr:`Stage.inputs` and :attr:`Stage.outputs` name
 them. Its layers are the model's own modules (not copies): the stage on a rank is what that rank trains.
 
@@ -44,7 +44,7 @@ __all__ = ["Stage", "pipeline_stages"]
 
 
 class Stage(nn.Module):
-    """One pipeline stage of a GraphModule: its layers under ``nodes`` (the model's names) and a ``forward`` over
+    """One pipeline stage of a GraphModule: its layers under the model's names and a ``forward`` over
     the values crossing into it (:attr:`inputs`), returning those crossing out (:attr:`outputs`; one as a tensor).
 
     Attributes:
@@ -52,6 +52,13 @@ class Stage(nn.Module):
         inputs, outputs: the value ids (node names, ``node.port``) it takes and gives, in order.
         first, last: the qualified names of its first and last nodes.
     """
+
+    # Set in __init__ straight into the instance dict; annotations only, for the type checker.
+    index: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    first: str
+    last: str
 
     def __init__(
         self,
@@ -63,9 +70,8 @@ class Stage(nn.Module):
         types: dict[str, TensorType],
     ) -> None:
         super().__init__()
-        self.nodes = nn.ModuleDict()
         for step in steps:
-            holder: nn.Module = self.nodes
+            holder: nn.Module = self
             for key in step.node.path[:-1]:
                 if key not in holder._modules:
                     holder.add_module(key, nn.ModuleDict())
@@ -73,17 +79,16 @@ class Stage(nn.Module):
             leaf = model.node_module(step.node.path)
             if leaf is not None:
                 holder.add_module(step.node.path[-1], leaf)
-        self.index = index
-        self.inputs = tuple(inputs)
-        self.outputs = tuple(outputs)
-        self.first = steps[0].node.qualname
-        self.last = steps[-1].node.qualname
+        # In the instance dict, past nn.Module.__setattr__: a layer may be registered under any of these names.
+        self.__dict__["index"] = index
+        self.__dict__["inputs"] = tuple(inputs)
+        self.__dict__["outputs"] = tuple(outputs)
+        self.__dict__["first"] = steps[0].node.qualname
+        self.__dict__["last"] = steps[-1].node.qualname
         self.__dict__["_types"] = {v: types[v] for v in (*inputs, *outputs)}
         self.__dict__["_model_inputs"] = frozenset(model.plan.input_ids)
         self.__dict__["_dtype"] = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
-        self.__dict__["_hndl_program"] = program_for(
-            steps, inputs, outputs, f"stage {index}", lambda path: ("nodes", *path)
-        )
+        self.__dict__["_hndl_program"] = program_for(steps, inputs, outputs, f"stage {index}", lambda path: path)
 
     def forward(self, *inputs: Any) -> Any:
         program: Program = self.__dict__["_hndl_program"]
@@ -142,10 +147,10 @@ def _cut_points(plan: Plan) -> dict[str, int]:
     the index of its first step."""
     points: dict[str, int] = {}
     for index, step in enumerate(plan.steps):
-        if len(step.node.path) == 1:
+        if "." not in step.node.qualname:
             points.setdefault(step.node.qualname, index)
     for group in plan.groups:
-        if len(group.node.path) == 1:  # a use of a top-level graph node: itself, or one of its repetitions
+        if "." not in group.node.qualname:  # a use of a top-level graph node: itself, or one of its repetitions
             points.setdefault(group.node.qualname, group.start)
             points.setdefault(group.qualname, group.start)
     return points

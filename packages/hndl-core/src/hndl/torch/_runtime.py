@@ -32,7 +32,8 @@ from ._blocks import collapse, collapsed_plan, install_programs, validating
 from ._built import BuiltModel
 from ._codegen import CALL, FORWARD, Compiled, bind_execute, compile_graph, make_function
 from ._guards import StoresRecord, bump, global_hooks_active, hook_dicts, signature_guard, take_record
-from ._inline import Inline, in_place_steps, inline_for
+from ._in_place import in_place_steps
+from ._inline import Inline, inline_for
 from ._per_step import PerStep, adopt
 from ._signatures import SignatureCache
 from ._state import walk_modules
@@ -110,9 +111,12 @@ def blocks(model: BuiltModel) -> list[nn.Module | None]:
     return [model.node_module(group.path) for group in model.plan.groups]
 
 
-def effective(model: BuiltModel) -> tuple[Plan, list[nn.Module | None], set[int]]:
+def effective(
+    model: BuiltModel, live: list[nn.Module | None] | None = None
+) -> tuple[Plan, list[nn.Module | None], set[int]]:
     """The steps as they run now (each block that a hook or ``compile()`` observes, that an activation wrapper
-    holds, or that is checkpointed, is one step that calls it), their modules, and which groups are called."""
+    holds, that is checkpointed, or whose instance has its own ``forward``, is one step that calls it), their
+    modules, and which groups are called. ``live``: :func:`leaves` of the model, where the caller just took it."""
     checkpointed = model._checkpointed
     called = {
         i
@@ -123,10 +127,13 @@ def effective(model: BuiltModel) -> tuple[Plan, list[nn.Module | None], set[int]
             or any(hook_dicts(block))
             or block.__dict__.get("_compiled_call_impl") is not None
             or is_activation_wrapper(block)
+            # A forward set on the instance (torch.distributed.pipelining's split_spec wraps it to mark a split
+            # point) runs only if the block is called.
+            or "forward" in block.__dict__
         )
     }
     if not called:
-        return model.plan, leaves(model), called
+        return model.plan, list(live) if live is not None else leaves(model), called
     plan = collapsed_plan(model.plan, called)
     return plan, [model.node_module(step.node.path) for step in plan.steps], called
 
@@ -164,7 +171,7 @@ def install(
     a new runtime's per-model objects (otherwise the current runtime's are kept)."""
     if stores is None:
         stores = take_record(model, _watched(model, live))
-    plan, running, _called = effective(model)
+    plan, running, _called = effective(model, live)
     global_hooks = global_hooks_active()
     hooked = tuple(
         m is None or global_hooks or any(hook_dicts(m)) or m.__dict__.get("_compiled_call_impl") is not None
@@ -245,7 +252,7 @@ def validate(model: BuiltModel, inputs: tuple[Any, ...], sig: tuple[Any, ...] | 
     # describes the same state and is kept.
     if not recorded:
         stores = take_record(model, _watched(model, live))
-    running, modules, called = effective(model)
+    running, modules, called = effective(model, live)
     values: dict[str, Any] = dict(zip(plan.input_ids, inputs))
     # A block called through its hooks (FSDP2 gathers its parameters there) runs its steps with these checks.
     token = validating.set(partial(_validate_block, model, env, called)) if called else None

@@ -7,6 +7,7 @@ checks parameter dicts against it. It stores names, shapes and dtypes, never ten
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from torch import nn
 from .._plan import Plan
 from ..naming import dtype_name
 from ._activation_wrappers import unwrap
+from ._swaps import Built, class_name, judge
 
 # A registered tensor's size and dtype are read as torch's kernels see them, through torch.Tensor's own
 # descriptors: a subclass that overrides the Python ``shape`` or ``dtype`` property cannot make a tensor of
@@ -42,7 +44,7 @@ __all__ = ["BuildState", "ModuleSlot", "TensorSlot", "walk_built", "walk_modules
 class TensorSlot:
     """A parameter or buffer as built. ``shape`` is ``None`` where the build registered ``None``."""
 
-    name: str  # dotted, as in state_dict: "nodes.n_hidden.weight"
+    name: str  # dotted, as in state_dict: "nodes.n_hidden.weight", "model.layers.0.mlp.gate_proj.weight"
     kind: str  # "parameter" or "buffer"
     shape: tuple[int, ...] | None
     dtype: torch.dtype | None
@@ -77,13 +79,16 @@ class BuildState:
         self.modules = modules
         self.tensors = tensors
         self.graph_name = graph_name
+        # The paths where a well-known tool's swap was adopted (``._swaps``), each with the path, inside the
+        # layer put there, of the built layer it holds (``"base_layer"``) or None.
+        self.swaps: dict[str, str | None] = {}
 
     @classmethod
     def take(cls, root: nn.Module, plan: Plan) -> BuildState:
         """Record ``root``'s tree as it is now, each name owned by the node of ``plan`` whose module holds it."""
         owners: dict[str, tuple[str, str]] = {}
         for step in plan.steps:
-            owners["nodes." + ".".join(step.node.path)] = (step.node.qualname, step.node.op)
+            owners[".".join(step.node.path)] = (step.node.qualname, step.node.op)
         modules: dict[str, ModuleSlot] = {}
         tensors: dict[str, TensorSlot] = {}
         _record_tree(root, "", owners, modules, tensors)
@@ -92,10 +97,12 @@ class BuildState:
     def adopt(self, path: str, module: nn.Module, node: str, op: str) -> None:
         """Make ``module``, now at dotted ``path``, the build of ``node``: its slots replace those under ``path``."""
         prefix = path + "."
-        for store in (self.modules, self.tensors):
-            for name in [n for n in store if n == path or n.startswith(prefix)]:
-                del store[name]
-        _record_tree(module, path, {path: (node, op)}, self.modules, self.tensors)
+        with _ADOPTING:  # two threads validating one model may both adopt the same swap
+            swaps = self.__dict__.setdefault("swaps", {})
+            for store in (self.modules, self.tensors, swaps):
+                for name in [n for n in store if n == path or n.startswith(prefix)]:
+                    del store[name]
+            _record_tree(module, path, {path: (node, op)}, self.modules, self.tensors)
 
     def refresh_dtypes(self, root: nn.Module) -> None:
         """Adopt the live dtypes (after ``.half()``, ``.to(dtype)``): a conversion is not a mismatch."""
@@ -137,6 +144,11 @@ class BuildState:
         user's subclass make; or one whose built tensors moved out of its stores, as pruning does) is checked
         through what it exposes: each built parameter and buffer, read as an attribute (a parametrized
         ``weight`` is computed), must have the built shape; what the transformation added is its own business.
+
+        A module of an unrelated class that a well-known tool put there (a PEFT tuner layer, a quantized Linear,
+        the held layer back after ``merge_and_unload``) is *adopted*, as ``replace_layer`` adopts, when the family
+        of ``._swaps`` that recognises it finds it keeps the layer's contract: this call's slots for the path
+        become the module's and no change is reported, so the validation running this diff checks it once.
         """
         changes: list[tuple[str | None, str | None, str]] = []
         stack: list[tuple[str, Any]] = [("", root)]
@@ -150,15 +162,12 @@ class BuildState:
                 changes.append((node, op, f"{what} was added ({type(module).__name__})"))
                 continue
             if not isinstance(module, expected.type):
-                changes.append(
-                    (
-                        expected.node,
-                        expected.op,
-                        f"{what} was replaced: the build made {expected.type.__name__}, now it is {type(module).__name__}"
-                        " (swap a layer on purpose with model.replace_layer)",
-                    )
-                )
+                refused = self._swap(path, module, expected, what)  # None: a known tool's swap, adopted (._swaps)
+                if refused is not None:
+                    changes.append((expected.node, expected.op, refused))
                 continue
+            if path in self.__dict__.get("swaps", ()) and self._regrown(path, module, expected):
+                continue  # an adopted wrapper that gained or dropped whole adapters, adopted again
             if path and "forward" in module.__dict__:
                 changes.append((expected.node, expected.op, f"{what} had its forward reassigned on the instance"))
             stores = (
@@ -184,6 +193,68 @@ class BuildState:
                 if name in expected.children or child_path not in self.modules:
                     stack.append((child_path, child))
         return changes
+
+    def _built(self, path: str) -> Built:
+        slot = self.modules[path]
+        tensors = {}
+        for name in (*slot.parameters, *slot.buffers):
+            tensor = self.tensors[f"{path}.{name}" if path else name]
+            tensors[name] = (tensor.shape, tensor.dtype)
+        return Built(slot.type, tensors)
+
+    def _swap(self, path: str, module: nn.Module, expected: ModuleSlot, what: str) -> str | None:
+        """A module of an unrelated class at ``path``: adopt it when a family of ``._swaps`` accepts it (None);
+        otherwise the change, naming both classes by module and the family's reason where one recognised it."""
+        held = self.__dict__.get("swaps", {}).get(path)
+        base = self._built(f"{path}.{held}") if held is not None and f"{path}.{held}" in self.modules else None
+        # Only inside a node's layer: a container of the graph's own (``nodes``, a block) is no tool's to swap.
+        verdict = judge(self._built(path), module, base) if expected.node is not None else None
+        if verdict is not None and verdict.refusal is None:
+            self.adopt(path, module, expected.node or "", expected.op or "")
+            with _ADOPTING:
+                self.__dict__.setdefault("swaps", {})[path] = verdict.held
+            return None
+        change = (
+            f"{what} was replaced: the build made {class_name(expected.type)}, now it is {class_name(type(module))}"
+        )
+        if verdict is not None:
+            change += f", {verdict.family} that does not keep the layer's contract: {verdict.refusal}"
+        return change + " (swap a layer on purpose with model.replace_layer)"
+
+    def _regrown(self, path: str, module: nn.Module, expected: ModuleSlot) -> bool:
+        """Whether the adopted wrapper at ``path`` differs from its record only by whole entries added to or
+        removed from its dict containers (``ModuleDict``, ``ParameterDict``) outside the layer it holds, as
+        PEFT's ``load_adapter`` and ``delete_adapter`` change it, and still keeps the contract: then it is
+        adopted again. Anything else is left to the comparison, which reports it."""
+        held = self.swaps.get(path)
+        if held is None or f"{path}.{held}" not in self.modules:
+            return False
+        kept, prefix = f"{path}.{held}", path + "."
+        modules: dict[str, ModuleSlot] = {}
+        tensors: dict[str, TensorSlot] = {}
+        _record_tree(module, path, {path: (expected.node or "", expected.op or "")}, modules, tensors)
+        if modules.keys() == {n for n in self.modules if n == path or n.startswith(prefix)} and tensors.keys() == {
+            n for n in self.tensors if n.startswith(prefix)
+        }:
+            return False  # the same names: any difference is the comparison's to report
+        for recorded, live in ((self.modules.keys(), modules.keys()), (self.tensors.keys(), tensors.keys())):
+            if any(_within(name, kept) for name in live - recorded):
+                return False  # the held layer gained something: the comparison reports it
+            for name in [n for n in recorded if n.startswith(prefix) and n not in live]:
+                if _within(name, kept) or not _dropped_entry(name, path, modules):
+                    return False
+        if any(self.modules[n].type is not modules[n].type for n in modules.keys() & self.modules.keys()) or any(
+            (self.tensors[n].shape, self.tensors[n].dtype) != (tensors[n].shape, tensors[n].dtype)
+            for n in tensors.keys() & self.tensors.keys()
+        ):
+            return False  # what stayed must be as recorded
+        verdict = judge(self._built(kept), module)
+        if verdict is None or verdict.refusal is not None:
+            return False
+        self.adopt(path, module, expected.node or "", expected.op or "")
+        with _ADOPTING:
+            self.swaps[path] = verdict.held
+        return True
 
     def _tensor_changes(
         self,
@@ -245,6 +316,22 @@ class BuildState:
 
 
 _ABSENT: Any = object()
+_ADOPTING = threading.Lock()  # process-wide: adoptions are rare, and a lock per state would not pickle
+
+
+def _within(name: str, path: str) -> bool:
+    return name == path or name.startswith(path + ".")
+
+
+def _dropped_entry(name: str, root: str, live: Mapping[str, ModuleSlot]) -> bool:
+    """Whether ``name``, gone from the live tree under ``root``, went with a whole entry of a dict container
+    that is still there (its first live ancestor is a ``ModuleDict`` or ``ParameterDict``)."""
+    probe = name
+    while probe != root:
+        probe = probe.rpartition(".")[0]
+        if probe in live:
+            return probe != root and issubclass(live[probe].type, (nn.ModuleDict, nn.ParameterDict))
+    return False
 
 
 def _record_tree(

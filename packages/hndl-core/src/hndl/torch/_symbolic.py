@@ -35,11 +35,15 @@ def proven_for_all_bindings(plan: Plan) -> bool:
     if any(declared is not None and not declared.proven for declared in plan.checked.declared_outputs):
         return False
     for step in plan.steps:
-        if step.node.op == "module":
+        node = step.node
+        if node.op == "module":
             return False
-        for out in step.node.out_types:
-            if out.shape is None or any(not isinstance(d, Variadic) and is_unknown(d) for d in out.shape):
+        for out in node.out_types:
+            if out.shape is None:
                 return False
+            for d in out.shape:  # a plain loop: this runs for every dim of every step of each build
+                if not isinstance(d, Variadic) and is_unknown(d):
+                    return False
     return True
 
 

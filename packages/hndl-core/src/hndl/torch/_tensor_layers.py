@@ -1,5 +1,6 @@
 """The layers of the ops that pick, take apart, contract and make tensors: gather, index, unbind, einsum,
-arange, the ``*_like`` and ``new_*`` fills (``hndl.ops._gather``, ``_einsum``, ``_creation``).
+arange, the ``*_like`` and ``new_*`` fills, a dim's positions, and the tensors a node holds (a learned one, a
+constant buffer) (``hndl.ops._gather``, ``_einsum``, ``_creation``, ``_tensor``, ``_constant``).
 
 Everything is fixed at construction; a size that follows the call is read from an input's shape in ``forward``.
 """
@@ -11,7 +12,18 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-__all__ = ["Arange", "Einsum", "FullLike", "Gather", "Index", "NewFull", "Unbind"]
+__all__ = [
+    "Arange",
+    "Einsum",
+    "FixedTensor",
+    "FullLike",
+    "Gather",
+    "Index",
+    "LearnedTensor",
+    "NewFull",
+    "Positions",
+    "Unbind",
+]
 
 
 class Gather(nn.Module):
@@ -129,3 +141,71 @@ class NewFull(nn.Module):
 
     def extra_repr(self) -> str:
         return f"plan={self.plan}, value={self.value}, dtype={self.dtype}"
+
+
+class LearnedTensor(nn.Module):
+    """A learned tensor of a fixed shape, returned by ``forward()`` (no inputs): a class token, a position
+    embedding, a layer scale. Held as ``weight``; ``init`` is ``zeros``, ``ones``, ``full`` (every element
+    ``value``), ``normal`` or ``trunc_normal`` (normal with ``std``, cut at two standard deviations)."""
+
+    def __init__(self, shape: list[int], init: str = "normal", std: float = 0.02, value: float = 0.0) -> None:
+        super().__init__()
+        if init not in ("zeros", "ones", "full", "normal", "trunc_normal"):
+            raise ValueError(f"unknown init {init!r}")
+        self.init = init
+        self.std = std
+        self.value = value
+        self.weight = nn.Parameter(torch.empty(shape))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            if self.init == "zeros":
+                self.weight.zero_()
+            elif self.init == "ones":
+                self.weight.fill_(1.0)
+            elif self.init == "full":
+                self.weight.fill_(self.value)
+            elif self.init == "normal":
+                self.weight.normal_(0.0, self.std)
+            else:
+                nn.init.trunc_normal_(self.weight, std=self.std, a=-2 * self.std, b=2 * self.std)
+
+    def forward(self) -> Tensor:
+        return self.weight
+
+    def extra_repr(self) -> str:
+        what = f"value={self.value}" if self.init == "full" else f"std={self.std}"
+        return f"shape={list(self.weight.shape)}, init={self.init!r}, {what}"
+
+
+class FixedTensor(nn.Module):
+    """A constant tensor, registered as the buffer ``value`` and returned by ``forward()`` (no inputs): a
+    position table, an index, a mask. It moves with ``.to()`` and is in the ``state_dict`` when
+    ``persistent``, like any buffer; the optimiser never sees it."""
+
+    def __init__(self, value: Tensor, persistent: bool = True) -> None:
+        super().__init__()
+        self.register_buffer("value", value, persistent=persistent)
+
+    value: Tensor
+
+    def forward(self) -> Tensor:
+        return self.value
+
+    def extra_repr(self) -> str:
+        return f"shape={list(self.value.shape)}, dtype={self.value.dtype}"
+
+
+class Positions(nn.Module):
+    """``torch.arange(x.shape[dim])`` on ``x``'s device: the int64 positions of one dim."""
+
+    def __init__(self, dim: int = 1) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.arange(x.shape[self.dim], device=x.device)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"

@@ -38,7 +38,7 @@ __all__ = ["tensor_parallel_plan"]
 
 
 def _module_name(model: BuiltModel, step: Step, attr: str | None = None) -> str:
-    parts = ["nodes", *step.node.path]
+    parts = list(step.node.path)
     if attr:
         parts.append(attr)
     return ".".join(parts)

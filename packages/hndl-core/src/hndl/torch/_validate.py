@@ -99,8 +99,11 @@ def check_inputs(
             limit, size = broken
             axes = [k for k, d in enumerate(contract.shape.dims) if d is not None and str(d) == limit.symbol]
             dim = f"dim {axes[0]} ({limit.symbol}={size})" if axes else f"{limit.symbol}={size}"
+            fixed = limit.minimum == limit.maximum and limit.why is not None  # a node's size (_fixed_dims)
             raise fail(
-                f"{dim} is outside the range its contract gives: {limit}",
+                f"{dim} must be {limit.minimum}: {limit.why}"
+                if fixed
+                else f"{dim} is outside the range its contract gives: {limit}",
                 expected=str(limit),
                 actual=f"{limit.symbol} = {size}",
                 hint=limit.hint

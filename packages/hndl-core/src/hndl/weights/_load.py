@@ -23,6 +23,7 @@ from .._errors import LIST_LIMIT, HndlError, Problem, clip, echo, echo_list
 from ..naming import dtype_name, excerpt, suggestion
 from ..torch import GraphModule
 from ._layouts import Layout, Same, shapes_text
+from ._node_keys import NodePathRule, node_path_rules
 from ._report import Loaded, LoadReport
 from ._rules import Rule, RuleMatch, Target, as_rules
 from ._sources import Checkpoint, open_checkpoint
@@ -89,6 +90,8 @@ def _candidates(rules: Sequence[Rule], name: str) -> list[str]:
     forward, would really take it to ``name`` (a broad rule earlier in the list may catch it first)."""
     out: list[str] = []
     for r in rules:
+        if isinstance(r, NodePathRule):
+            continue  # the old spelling loads, but is never the key asked for
         sources = r.backward(name)
         if sources is None or sources[0] in out:
             continue
@@ -132,7 +135,8 @@ def _plan(
                 else None,
             )
         )
-    parsed = as_rules(rules)
+    # A file saved before its nodes had a module_path (nodes.n_...) still loads: those rules come last.
+    parsed = (*as_rules(rules), *node_path_rules(model))
     if not isinstance(strict, bool):
         raise HndlError(Problem("E_PARAMS", "strict must be True or False", actual=excerpt(strict)))
     into = into or f"graph '{model.graph.name}'"

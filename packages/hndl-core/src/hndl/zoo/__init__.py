@@ -98,6 +98,7 @@ __all__ = [
     "load_reference_state_dict",
     "names",
     "presets",
+    "save_pretrained",
     "spec_text",
 ]
 
@@ -288,7 +289,9 @@ def from_pretrained(path: str | os.PathLike[str], **overrides: Any) -> GraphModu
     of that name); its fields give the entry's parameters (``n_layer``, ``n_embd``, ... under GPT2Config's names,
     LlamaConfig's, MistralConfig's, BertConfig's); the model is built and the weights
     (``model.safetensors``, ``pytorch_model.bin``, or either sharded with its ``*.index.json``) are loaded with
-    the hub key layout accepted, strictly. The model is returned in eval mode, as transformers returns it.
+    the hub key layout accepted, strictly. A LLaMA or Mistral config with ``tie_word_embeddings: true`` (Llama
+    3.2 1B/3B) builds the entry with its head tied to the token embedding (the files hold no ``lm_head.weight``).
+    The model is returned in eval mode, as transformers returns it. :func:`save_pretrained` writes it back.
 
     Args:
         path: the folder, as ``save_pretrained`` writes it (or a downloaded hub snapshot).
@@ -311,5 +314,49 @@ def from_pretrained(path: str | os.PathLike[str], **overrides: Any) -> GraphModu
     row, config, where = pretrained_row(folder)
     graph = get(row.entry, **overrides)  # E_PARAM for an override the entry does not have
     graph.params.update(row.configuration(config, overrides, where))
+    if row.tied(config, where):
+        row.tie.apply(graph)  # type: ignore[union-attr]  # (tied is False without a tie)
     rules = row.rules if row.rules is not None else entry(row.entry).rules
     return build_loaded(graph, folder, rules, row.entry)
+
+
+def save_pretrained(
+    model: GraphModule,
+    folder: str | os.PathLike[str],
+    *,
+    safe_serialization: bool = True,
+    max_shard_size: int | str = "50GB",
+) -> None:
+    """Write a zoo model as a transformers folder: what :func:`from_pretrained` reads, and transformers'
+    ``AutoModel*.from_pretrained`` too (``GPT2LMHeadModel``, ``LlamaForCausalLM``, ``MistralForCausalLM``,
+    ``BertModel``), with every weight in place.
+
+    ``config.json`` holds transformers' field names for the entry's parameters (``model.graph.params``: ``n_embd``,
+    ``num_key_value_heads``, ...), the values the entry assumes for the fields it has no parameter for
+    (``hidden_act``, GPT-2's three dropout rates), ``model_type``, ``architectures``, ``torch_dtype`` and
+    ``tie_word_embeddings``. The weights are the entry's key rules (:func:`entry`'s ``rules``, which
+    :func:`from_pretrained` loads through) run backward: transformers' keys, GPT-2's ``Conv1D`` weights transposed
+    back, a tied tensor written once (the head shares the token embedding: the file holds the embedding only).
+    Everything is checked before a file is written: the config is read back through :func:`from_pretrained`'s
+    own reading and must give the model's parameters, and the planned keys, shapes and dtypes must load back into
+    the model. Files are written under temporary names and renamed into place; weights a previous save left in
+    the folder (another split, the other format) are removed, nothing else.
+
+    Args:
+        model: a build of zoo entry ``gpt2``, ``llama``, ``mistral`` or ``bert`` (``hndl.build(hndl.zoo.get(...))``
+            or :func:`from_pretrained`), its graph unedited: only the entry's parameters changed.
+        folder: the folder, made if it does not exist.
+        safe_serialization: ``model.safetensors`` (True) or ``pytorch_model.bin`` (False).
+        max_shard_size: the largest file, in bytes or as transformers writes it (``"5GB"``, ``"500MB"``,
+            ``"2GiB"``); a larger model is split into ``model-00001-of-0000N.safetensors`` files with a
+            ``model.safetensors.index.json``, as transformers splits it (a tensor larger than the limit gets a file
+            of its own).
+
+    Raises:
+        HndlError: E_PARAM for a model that is not a build of one of those entries, whose graph was edited after
+            :func:`get` (no transformers config describes it), whose tensors are on the meta device, or for a bad
+            argument or a folder that cannot be written; E_SPEC for tied tensors that are not the spec's ties.
+    """
+    from ._save_pretrained import save_pretrained as save
+
+    save(model, folder, safe_serialization=safe_serialization, max_shard_size=max_shard_size, get=get)

@@ -81,28 +81,27 @@ def _vit_timm_rules() -> tuple[Rule, ...]:
 
 
 def _gpt2_rules() -> tuple[Rule, ...]:
-    # transformers' Conv1D stores its weight as [in, out], the transpose of torch.nn.Linear's [out, in].
-    # GPT2LMHeadModel's keys start with `transformer.`; GPT2Model's (and most hub checkpoints') do not: both load.
-    hndl, t = "nodes.n_h.{i}", "transpose"
+    # The spec's module paths are GPT2LMHeadModel's; transformers' Conv1D stores its weight as [in, out], the
+    # transpose of torch.nn.Linear's [out, in], and hndl's attention holds the fused c_attn as `qkv`, c_proj as
+    # `proj`. GPT2LMHeadModel's keys start with `transformer.`; GPT2Model's (and most hub checkpoints') do not:
+    # both load.
+    hndl, t = "transformer.h.{i}", "transpose"
     rules: list[Rule] = []
     for prefix in ("transformer.", ""):
         ref = f"{prefix}h.{{i}}"
         rules += [
-            rule(f"{ref}.attn.c_attn.weight", (f"{hndl}.n_attn.qkv.weight", t)),
-            rule(f"{ref}.attn.c_attn.bias", f"{hndl}.n_attn.qkv.bias"),
-            rule(f"{ref}.attn.c_proj.weight", (f"{hndl}.n_attn.proj.weight", t)),
-            rule(f"{ref}.attn.c_proj.bias", f"{hndl}.n_attn.proj.bias"),
+            rule(f"{ref}.attn.c_attn.weight", (f"{hndl}.attn.qkv.weight", t)),
+            rule(f"{ref}.attn.c_attn.bias", f"{hndl}.attn.qkv.bias"),
+            rule(f"{ref}.attn.c_proj.weight", (f"{hndl}.attn.proj.weight", t)),
+            rule(f"{ref}.attn.c_proj.bias", f"{hndl}.attn.proj.bias"),
             # Older transformers releases keep the causal mask as buffers; hndl's attention computes it.
             rule(f"{ref}.attn.bias"),
             rule(f"{ref}.attn.masked_bias"),
-            rule(f"{ref}.mlp.c_fc.weight", (f"{hndl}.n_c_fc.weight", t)),
-            rule(f"{ref}.mlp.c_fc.bias", f"{hndl}.n_c_fc.bias"),
-            rule(f"{ref}.mlp.c_proj.weight", (f"{hndl}.n_c_proj.weight", t)),
-            rule(f"{ref}.mlp.c_proj.bias", f"{hndl}.n_c_proj.bias"),
-            rule(f"{ref}.{{layer}}.{{t}}", f"{hndl}.n_{{layer}}.{{t}}"),
-            rule(f"{prefix}{{layer}}.{{t}}", "nodes.n_{layer}.{t}"),
+            rule(f"{ref}.mlp.{{layer}}.weight", (f"{hndl}.mlp.{{layer}}.weight", t)),
+            rule(f"{ref}.{{path*}}", f"{hndl}.{{path*}}"),
+            rule(f"{prefix}{{layer}}.{{t}}", "transformer.{layer}.{t}"),
         ]
-    return (rule("lm_head.weight", "nodes.n_lm_head.weight"), *rules)
+    return (rule("lm_head.weight", "lm_head.weight"), *rules)
 
 
 def _unet_rules() -> tuple[Rule, ...]:
@@ -139,32 +138,20 @@ def _seq2seq_rules() -> tuple[Rule, ...]:
 
 
 def _decoder_rules() -> tuple[Rule, ...]:
-    # transformers' LlamaForCausalLM / MistralForCausalLM: the model under `model.`, the head beside it.
-    ref, hndl = "model.layers.{i}", "nodes.n_layers.{i}"
-    return (
-        rule(f"{ref}.self_attn.{{proj}}.{{t}}", f"{hndl}.n_self_attn.{{proj}}.{{t}}"),
-        rule(f"{ref}.mlp.{{layer}}.{{t}}", f"{hndl}.n_{{layer}}.{{t}}"),
-        rule(f"{ref}.{{layer}}.{{t}}", f"{hndl}.n_{{layer}}.{{t}}"),
-        rule("model.{layer}.{t}", "nodes.n_{layer}.{t}"),
-        rule("lm_head.{t}", "nodes.n_lm_head.{t}"),
-    )
+    # transformers' LlamaForCausalLM / MistralForCausalLM: the spec's module paths are theirs, key for key.
+    return (rule("model.{path*}", "model.{path*}"), rule("lm_head.{t}", "lm_head.{t}"))
 
 
 def _bert_rules() -> tuple[Rule, ...]:
-    ref, hndl = "encoder.layer.{i}", "nodes.n_layer.{i}"
+    # The spec's module paths are BertModel's, but for the attention: hndl's layer sits at attention.self and
+    # holds the four projections under its own names (BERT: self.query, self.key, self.value, output.dense).
+    ref = "encoder.layer.{i}.attention"
     return (
-        rule("embeddings.LayerNorm.{t}", "nodes.n_embeddings_norm.{t}"),
-        rule("embeddings.{layer}.{t}", "nodes.n_{layer}.{t}"),
-        # BERT names the projections query, key, value and attention.output.dense; hndl's attention holds them.
-        rule(f"{ref}.attention.self.query.{{t}}", f"{hndl}.n_attention.q_proj.{{t}}"),
-        rule(f"{ref}.attention.self.key.{{t}}", f"{hndl}.n_attention.k_proj.{{t}}"),
-        rule(f"{ref}.attention.self.value.{{t}}", f"{hndl}.n_attention.v_proj.{{t}}"),
-        rule(f"{ref}.attention.output.dense.{{t}}", f"{hndl}.n_attention.o_proj.{{t}}"),
-        rule(f"{ref}.attention.output.LayerNorm.{{t}}", f"{hndl}.n_attention_norm.{{t}}"),
-        rule(f"{ref}.intermediate.dense.{{t}}", f"{hndl}.n_intermediate.{{t}}"),
-        rule(f"{ref}.output.dense.{{t}}", f"{hndl}.n_output.{{t}}"),
-        rule(f"{ref}.output.LayerNorm.{{t}}", f"{hndl}.n_output_norm.{{t}}"),
-        rule("pooler.dense.{t}", "nodes.n_pooler.{t}"),
+        rule(f"{ref}.self.query.{{t}}", f"{ref}.self.q_proj.{{t}}"),
+        rule(f"{ref}.self.key.{{t}}", f"{ref}.self.k_proj.{{t}}"),
+        rule(f"{ref}.self.value.{{t}}", f"{ref}.self.v_proj.{{t}}"),
+        rule(f"{ref}.output.dense.{{t}}", f"{ref}.self.o_proj.{{t}}"),
+        *(rule(f"{part}.{{path*}}", f"{part}.{{path*}}") for part in ("embeddings", "encoder", "pooler")),
     )
 
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .._graph import Graph
     from ..torch import GraphModule
 
-__all__ = ["PRETRAINED", "Pretrained", "Requirement", "build_loaded", "pretrained_row", "read_config"]
+__all__ = ["PRETRAINED", "HeadTie", "Pretrained", "Requirement", "build_loaded", "pretrained_row", "read_config"]
 
 #: A config.json holds a few hundred settings (a few KB; a classifier's label names, tens of KB); a larger file is
 #: not one.
@@ -66,6 +66,30 @@ class Requirement:
 
 
 @dataclass(frozen=True)
+class HeadTie:
+    """A head that shares the token embedding's weight when a config field says so.
+
+    Attributes:
+        key: the ``config.json`` field (``tie_word_embeddings``).
+        node: the head's node (``lm_head``).
+        params: the node's ``tie`` (``{"weight": "embed_tokens.weight"}``).
+    """
+
+    key: str
+    node: str
+    params: Mapping[str, str]
+
+    def apply(self, graph: Graph) -> None:
+        """Tie the head of ``graph`` (the entry's graph, as :func:`hndl.zoo.get` makes it), in place."""
+        graph.nodes[self.node].tie = dict(self.params)
+
+    def applied(self, graph: Graph) -> bool:
+        """Whether the head of ``graph`` is tied as :meth:`apply` ties it."""
+        node = graph.nodes.get(self.node)
+        return node is not None and node.tie == dict(self.params)
+
+
+@dataclass(frozen=True)
 class Pretrained:
     """One transformers architecture the zoo reproduces.
 
@@ -77,6 +101,9 @@ class Pretrained:
             ``save_pretrained`` omits fields equal to transformers' base defaults).
         requires: what the entry assumes of the fields it has no parameter for.
         rules: the key rules; None: the entry's own (``hndl.zoo.entry(name).rules``).
+        architecture: transformers' class of the model (``config.json``'s ``architectures``).
+        tie: the config field that ties the head to the token embedding where the entry's spec does not
+            (``tie_word_embeddings``: Llama 3.2's files hold no ``lm_head.weight``), or None.
     """
 
     model_type: str
@@ -85,6 +112,29 @@ class Pretrained:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     requires: tuple[Requirement, ...] = ()
     rules: tuple[Any, ...] | None = None
+    architecture: str = ""
+    tie: HeadTie | None = None
+
+    def tied(self, config: Mapping[str, Any], where: str) -> bool:
+        """Whether ``config`` ties the head (False for an entry without :attr:`tie`).
+
+        Raises:
+            HndlError: E_PARAM when the field is not a boolean.
+        """
+        if self.tie is None:
+            return False
+        value = config.get(self.tie.key, self.defaults.get(self.tie.key, False))
+        if not isinstance(value, bool):
+            raise HndlError(
+                Problem(
+                    "E_PARAM",
+                    f"config.json's {self.tie.key!r} is {_type_name(value)}, not a boolean",
+                    expected="true or false",
+                    actual=echo(value),
+                    location=where,
+                )
+            )
+        return value
 
     def configuration(self, config: Mapping[str, Any], overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
         """The entry's parameters for ``config``, ``overrides`` applied.
@@ -231,6 +281,7 @@ def _gpt2() -> Pretrained:
             Requirement("embd_pdrop", same_as="resid_pdrop", unless="dropout", why="one dropout rate"),
             Requirement("attn_pdrop", same_as="resid_pdrop", unless="dropout", why="one dropout rate"),
         ),
+        architecture="GPT2LMHeadModel",
     )
 
 
@@ -280,15 +331,15 @@ def _decoder(model_type: str, defaults: Mapping[str, Any], *extra: str) -> Pretr
     params |= {n: n for n in ("rms_norm_eps", "attention_dropout", *extra)}
     if model_type == "llama":
         params["rope_scaling"] = _rope_scaling
-    requires: tuple[Requirement, ...] = (
-        Requirement("hidden_act", ("silu",), why="the SwiGLU MLP's SiLU"),
-        Requirement("tie_word_embeddings", (False,), why="the head is its own weight"),
-    )
+    requires: tuple[Requirement, ...] = (Requirement("hidden_act", ("silu",), why="the SwiGLU MLP's SiLU"),)
     if model_type == "llama":
         requires += (Requirement("pretraining_tp", (1,), why="one slice per projection"),)
     else:
         requires += (Requirement("rope_scaling", (None,), why="zoo:mistral has no frequency scaling"),)
-    return Pretrained(model_type, model_type, params, defaults, requires)
+    # tie_word_embeddings (Llama 3.2 1B/3B): the head is the token embedding, the files hold it once.
+    tie = HeadTie("tie_word_embeddings", "lm_head", {"weight": "embed_tokens.weight"})
+    architecture = f"{model_type.capitalize()}ForCausalLM"
+    return Pretrained(model_type, model_type, params, defaults, requires, architecture=architecture, tie=tie)
 
 
 # LlamaConfig's and MistralConfig's defaults share the 7B presets' sizes.
@@ -340,6 +391,7 @@ def _bert() -> Pretrained:
             Requirement("is_decoder", (False,), why="an encoder: no causal mask"),
             Requirement("add_cross_attention", (False,), why="no cross-attention"),
         ),
+        architecture="BertModel",
     )
 
 
