@@ -135,7 +135,7 @@ def test_apply_activation_checkpointing_on_blocks_is_not_a_replaced_layer(impl: 
         checkpoint_wrapper_fn=lambda m: checkpoint_wrapper(m, checkpoint_impl=impl),
         check_fn=lambda m: isinstance(m, Block),
     )
-    assert type(wrapped.nodes.n_h[0]).__name__ == "CheckpointWrapper"
+    assert type(wrapped.transformer.h[0]).__name__ == "CheckpointWrapper"
     assert_same(gradients(wrapped, wrapped, inputs), want)
     assert list(wrapped.state_dict()) == keys  # the wrapper's own hooks strip its prefix
     validations = wrapped.validations
@@ -161,14 +161,14 @@ def test_checkpoint_wrapper_on_one_block_validates_its_layers() -> None:
     # The wrapped block's layers are still checked on a new signature: a broken layer inside is named.
     model = tiny_gpt2()
     inputs = gpt2_inputs(model)
-    model.nodes.n_h[1] = checkpoint_wrapper(model.nodes.n_h[1])
+    model.transformer.h[1] = checkpoint_wrapper(model.transformer.h[1])
     model(*inputs).sum().backward()
-    inner = model.nodes.n_h[1]._checkpoint_wrapped_module
-    inner.n_c_fc.weight = nn.Parameter(torch.randn(5, 32))
+    inner = model.transformer.h[1]._checkpoint_wrapped_module
+    inner.mlp.c_fc.weight = nn.Parameter(torch.randn(5, 32))
     with pytest.raises(hndl.HndlError) as info:
         model(*inputs)
     assert info.value.code == "E_RUNTIME"
-    assert "nodes.n_h.1.n_c_fc.weight" in str(info.value)
+    assert "transformer.h.1.mlp.c_fc.weight" in str(info.value)
 
 
 def test_checkpoint_wrapper_survives_half_and_deepcopy() -> None:
@@ -188,5 +188,5 @@ def test_offload_wrapper_on_a_block_is_seen_through_too() -> None:
     model = tiny_gpt2()
     inputs = gpt2_inputs(model)
     want = gradients(model, model, inputs)
-    model.nodes.n_h[0] = offload_wrapper(model.nodes.n_h[0])
+    model.transformer.h[0] = offload_wrapper(model.transformer.h[0])
     assert_same(gradients(model, model, inputs), want)

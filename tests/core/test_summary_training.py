@@ -44,9 +44,9 @@ def test_optimizer_state_is_what_torch_keeps(optimizer: str, torch_optimizer: ob
 
 def test_frozen_parameters_have_no_gradient_or_state() -> None:
     model = tiny_gpt2()
-    model.nodes.n_wpe.weight.requires_grad_(False)
+    model.transformer.wpe.weight.requires_grad_(False)
     training = model.summary(train=True, B=2, T=8).training
-    frozen = model.nodes.n_wpe.weight.numel() * 4
+    frozen = model.transformer.wpe.weight.numel() * 4
     assert training is not None
     assert training.gradient_bytes == parameter_bytes(model) - frozen
     assert training.optimizer_bytes == 2 * training.gradient_bytes + 4 * sum(
