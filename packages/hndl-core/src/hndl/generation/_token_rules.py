@@ -132,9 +132,9 @@ def check_layout(node: Node, c: Any, where: str, t: str, *, moves: bool = False)
     at = None if before is None else next((i for i, d in enumerate(before) if has_t(d, t)), None)
     if at is None:
         return
-    if moves and sum(has_t(d, t) for d in before) == 1:  # type: ignore[union-attr]
+    if moves and sum(has_t(d, t) for d in before) == 1:
         kept = after is not None and sum(str(d) == str(before[at]) for d in after) == 1
-        if kept and sum(has_t(d, t) for d in after) == 1:  # type: ignore[union-attr]
+        if kept and sum(has_t(d, t) for d in after) == 1:
             return
     if after is None or len(after) <= at or [str(d) for d in before[: at + 1]] != [str(d) for d in after[: at + 1]]:
         raise refuse(

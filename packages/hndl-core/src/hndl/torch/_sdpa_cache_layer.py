@@ -56,12 +56,12 @@ class CachedSDPA(SDPA):
                 store=self.per_step,
             )
             return y, keys, values, new_k, new_v
-        cache_k, cache_v, offset = rest
+        cache_k, cache_v, position = rest
         if caches_overlap(cache_k, cache_v):
             raise _aliased_caches()
         t = q.shape[2]
         # The cache is the caller's (hndl.generate reads it on the next step); the runtime never writes an input.
-        slots = shared(self.per_step, "slots", (t, offset), lambda: torch.arange(t, device=offset.device) + offset)
+        slots = shared(self.per_step, "slots", (t, position), lambda: torch.arange(t, device=position.device) + position)
         cache_k.index_copy_(2, slots, k.to(cache_k.dtype))
         cache_v.index_copy_(2, slots, v.to(cache_v.dtype))
         return attend(
@@ -73,7 +73,7 @@ class CachedSDPA(SDPA):
             window=self.window,
             scale=self.scale,
             dropout=dropout,
-            offset=offset,
+            offset=position,
             store=self.per_step,
         )
 
