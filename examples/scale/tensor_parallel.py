@@ -19,7 +19,7 @@ mesh = init_device_mesh("cpu", (world,))
 torch.manual_seed(0)  # the same weights on every rank before they are cut
 model = hndl.build(hndl.zoo.get("llama", num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2))
 
-plan = model.tensor_parallel_plan(world)  # {"nodes.n_layers.0.n_self_attn.q_proj": ColwiseParallel(), ...}
+plan = model.tensor_parallel_plan(world)  # {"model.layers.0.self_attn.q_proj": ColwiseParallel(), ...}
 parallelize_module(model, mesh, plan)
 
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

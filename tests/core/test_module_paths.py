@@ -4,6 +4,8 @@ it for transformers' names; tests/zoo/test_zoo_module_paths.py compares them wit
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -326,7 +328,12 @@ def test_old_node_path_keys_load_into_module_paths(tmp_path):
 
 
 def _pipeline():
-    return pytest.importorskip("torch.distributed.pipelining")
+    pipelining = pytest.importorskip("torch.distributed.pipelining")
+    if inspect.signature(torch.export.export).parameters["strict"].default:
+        # torch 2.4: pipeline() traces with Dynamo (export's strict default), which runs the generated call and
+        # never sees the forward that split_spec assigns to a block: one stage (documented in docs/ecosystem.md).
+        pytest.skip("this torch's torch.export traces with Dynamo by default: split_spec needs a non-strict trace")
+    return pipelining
 
 
 def _run_pipe(pipe, *inputs):
@@ -336,8 +343,6 @@ def _run_pipe(pipe, *inputs):
 
 def test_split_spec_at_a_block_module_path_makes_two_stages():
     pipelining = _pipeline()
-    if not hasattr(torch.compiler, "is_dynamo_compiling"):
-        pytest.skip("needs torch.compiler.is_dynamo_compiling")
     model = llama().eval()
     x = llama_inputs()
     expected = model(*x)
@@ -348,8 +353,6 @@ def test_split_spec_at_a_block_module_path_makes_two_stages():
 
 def test_split_spec_in_the_node_path_spelling_makes_two_stages():
     pipelining = _pipeline()
-    if not hasattr(torch.compiler, "is_dynamo_compiling"):
-        pytest.skip("needs torch.compiler.is_dynamo_compiling")
     g = hndl.Graph("plain")
     block = hndl.Graph("block")
     h = block.input("h", ("B", 8))

@@ -34,8 +34,10 @@ def build(name: str, **overrides: Any) -> hndl.GraphModule:
 
 def outputs(model: hndl.GraphModule) -> tuple[torch.Tensor, ...]:
     with torch.no_grad():
-        inputs = model.example_inputs(B=2, T=6)  # seeded: the same for both models
-        out = model(**inputs) if isinstance(inputs, dict) else model(*inputs)
+        # Seeded: the same for both models. Bool inputs (the padding masks) come as all False, every key masked,
+        # which torch 2.4's SDPA answers with NaN (never equal): keep every position instead.
+        inputs = [torch.ones_like(t) if t.dtype == torch.bool else t for t in model.example_inputs(B=2, T=6)]
+        out = model(*inputs)
     return out if isinstance(out, tuple) else (out,)
 
 
@@ -249,26 +251,67 @@ def test_a_folder_that_is_a_file_is_e_param(tmp_path):
 
 
 def tied_llama() -> hndl.GraphModule:
-    g = hndl.zoo.get("llama")
-    g.nodes["lm_head"].tie = {"weight": "embed_tokens.weight"}
     torch.manual_seed(0)
-    return hndl.build(g).eval()
+    return hndl.build(hndl.zoo.get("llama", tie_word_embeddings=True)).eval()
 
 
-def test_a_llama_folder_with_tie_word_embeddings_was_e_param_and_now_loads_tied(tmp_path):
+def shares_the_embedding(model: hndl.GraphModule) -> bool:
+    params = dict(model.named_parameters(remove_duplicate=False))
+    head = next(v for k, v in params.items() if k.endswith("lm_head.weight"))
+    return head is next(v for k, v in params.items() if k.endswith("embed_tokens.weight"))
+
+
+def test_get_ties_the_llama_head_with_tie_word_embeddings_as_transformers_counts_it():
+    # Was E_PARAM: "zoo:llama has no parameter 'tie_word_embeddings'"; a tied LLaMA came only from from_pretrained.
+    tied, untied = tied_llama(), build("llama")
+    assert tied.graph.params["tie_word_embeddings"] is True
+    assert untied.graph.params["tie_word_embeddings"] is False  # LLaMA 2/3/3.1: a head of their own
+    assert shares_the_embedding(tied)
+    assert not shares_the_embedding(untied)
+    vocab, hidden = tied.graph.params["vocab_size"], tied.graph.params["hidden_size"]
+    # the head's [vocab, hidden] weight counted once, as LlamaForCausalLM(tie_word_embeddings=True) counts it
+    assert sum(p.numel() for p in tied.parameters()) == hndl.zoo.entry("llama").parameters - vocab * hidden
+    cached = hndl.build(hndl.zoo.get("llama", kv_cache=True, tie_word_embeddings=True))
+    assert shares_the_embedding(cached)  # the cached variant keeps the tie (hndl.generate derives it)
+
+
+def test_a_tie_word_embeddings_override_that_is_not_a_boolean_is_e_param():
+    error = refusal(hndl.zoo.get, "llama", tie_word_embeddings="yes")
+    assert error.code == "E_PARAM"
+    assert "parameter 'tie_word_embeddings' of zoo:llama is true or false" in error.problems[0].message
+
+
+def test_a_tied_llama_from_get_saves_with_tie_word_embeddings_true_and_loads_back_tied(tmp_path):
     model = tied_llama()
     hndl.zoo.save_pretrained(model, tmp_path)
     assert config_of(tmp_path)["tie_word_embeddings"] is True
     assert not any(k.endswith("lm_head.weight") for k in keys_in(tmp_path / "model.safetensors"))
     back = hndl.zoo.from_pretrained(tmp_path)
-    assert back.graph.nodes["lm_head"].tie == {"weight": "embed_tokens.weight"}
-    params = dict(back.named_parameters(remove_duplicate=False))
-    head = next(v for k, v in params.items() if k.endswith("lm_head.weight"))
-    assert head is next(v for k, v in params.items() if k.endswith("embed_tokens.weight"))
+    assert back.graph.params == model.graph.params
+    assert hndl.dumps(back.graph) == hndl.dumps(model.graph)  # the entry at its parameters, nothing edited
+    assert shares_the_embedding(back)
     for a, b in zip(outputs(model), outputs(back), strict=True):
         assert torch.equal(a, b)
     hndl.zoo.save_pretrained(back, tmp_path / "again")  # and it saves back the same way
     assert keys_in(tmp_path / "again" / "model.safetensors") == keys_in(tmp_path / "model.safetensors")
+    assert config_of(tmp_path / "again") == config_of(tmp_path)
+
+
+def test_a_tied_folder_overridden_untied_needs_a_head_it_does_not_have(tmp_path):
+    hndl.zoo.save_pretrained(tied_llama(), tmp_path)
+    error = refusal(hndl.zoo.from_pretrained, tmp_path, tie_word_embeddings=False)
+    assert error.code == "E_PARAMS"
+    assert "'lm_head.weight' has no tensor in the checkpoint" in error.problems[0].message
+
+
+def test_a_head_tied_by_hand_is_an_edit_whose_hint_names_the_parameter(tmp_path):
+    g = hndl.zoo.get("llama")
+    g.nodes["lm_head"].tie = {"weight": "embed_tokens.weight"}  # what a tied LLaMA took before the parameter
+    error = refusal(hndl.zoo.save_pretrained, hndl.build(g), tmp_path / "out")
+    assert error.code == "E_PARAM"
+    assert "no transformers config describes it" in error.problems[0].message
+    assert error.problems[0].hint == "a tied head is a parameter: hndl.zoo.get('llama', tie_word_embeddings=True)"
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_tie_word_embeddings_that_is_not_a_boolean_is_e_param(tmp_path):
