@@ -95,11 +95,14 @@ class TrainingMemory:
 
 def step_weight_bytes(model: Any, plan: Plan) -> list[int]:
     """Per step of ``plan``, the bytes of its layer's trainable parameters: the gradient its backward makes
-    before adding it to ``.grad`` (a tied weight counts at each layer that uses it: each makes its own)."""
-    layers = dict(model.nodes.named_modules())
+    before adding it to ``.grad`` (a tied weight counts at each layer that uses it: each makes its own).
+
+    A step's ``node.path`` is its layer's path from the GraphModule (``("nodes", "n_fc")``, or a ``module_path``
+    such as ``("model", "layers", "0", "mlp", "gate_proj")``), so the layer is looked up from the model itself,
+    through any activation wrapper on the way (``node_module``)."""
     sizes = []
     for step in plan.steps:
-        layer = layers.get(".".join(step.node.path))
+        layer = model.node_module(step.node.path)
         params = () if layer is None else layer.parameters()
         sizes.append(sum(p.numel() * p.element_size() for p in params if p.requires_grad))
     return sizes
