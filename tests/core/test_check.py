@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from small_models import mlp_graph
 
 import hndl
 from hndl._dims import symbol
 
 
 def mlp() -> hndl.Graph:
-    g = hndl.Graph("mlp")
-    x = g.input("x", ("B", 784))
-    h = g.add("linear", x, name="hidden", out_features=512)
-    a = g.add("relu", h, name="act")
-    g.output(g.add("linear", a, name="out", out_features=10))
-    return g
+    return mlp_graph(784, 512, 10)
 
 
 def problems(g: hndl.Graph) -> list[hndl.Problem]:

@@ -8,6 +8,7 @@ import sys
 from fractions import Fraction
 
 import pytest
+import small_models
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,12 +18,8 @@ from hndl.weights import Chain, Concat, Layout, LoadReport, Rows, Rule, Same, Ta
 
 
 def mlp() -> hndl.GraphModule:
-    g = hndl.Graph("mlp")
-    x = g.input("x", ("B", 6))
-    h = g.add("linear", x, name="hidden", out_features=4)
-    g.output(g.add("linear", g.add("relu", h, name="act"), name="out", out_features=3))
     torch.manual_seed(0)
-    return hndl.build(g)
+    return small_models.mlp(6, 4, 3)
 
 
 def qkv_model(fused: bool) -> hndl.GraphModule:

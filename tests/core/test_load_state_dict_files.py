@@ -8,6 +8,7 @@ import pickle
 from pathlib import Path
 
 import pytest
+import small_models
 import torch
 from safetensors.torch import save_file
 
@@ -16,12 +17,8 @@ from hndl.weights import Concat, Rule, Target
 
 
 def mlp() -> hndl.GraphModule:
-    g = hndl.Graph("mlp")
-    x = g.input("x", ("B", 6))
-    h = g.add("linear", x, name="hidden", out_features=4)
-    g.output(g.add("linear", g.add("relu", h, name="act"), name="out", out_features=3))
     torch.manual_seed(0)
-    return hndl.build(g)
+    return small_models.mlp(6, 4, 3)
 
 
 def weights(seed: int = 3) -> dict[str, torch.Tensor]:

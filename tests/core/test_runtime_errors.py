@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import small_models
 import torch
 from torch import nn
 
@@ -10,11 +11,7 @@ import hndl
 
 
 def mlp() -> hndl.GraphModule:
-    g = hndl.Graph("mlp")
-    x = g.input("x", ("B", 8))
-    h = g.add("linear", x, name="hidden", out_features=16)
-    g.output(g.add("linear", h, name="out", out_features=4))
-    return hndl.build(g)
+    return small_models.mlp(act=False)
 
 
 def two_inputs(device: str | None = None) -> hndl.GraphModule:

@@ -6,19 +6,11 @@ import threading
 
 import pytest
 import torch
+from small_models import mlp
 from torch import nn
 
 import hndl
 from hndl.torch._module import SIGNATURE_CACHE_SIZE
-
-
-def mlp(name: str = "mlp") -> hndl.GraphModule:
-    g = hndl.Graph(name)
-    x = g.input("x", ("B", 8))
-    h = g.add("linear", x, name="hidden", out_features=16)
-    h = g.add("relu", h, name="act")
-    g.output(g.add("linear", h, name="out", out_features=4))
-    return hndl.build(g)
 
 
 def twin_of(model: hndl.GraphModule) -> nn.Sequential:

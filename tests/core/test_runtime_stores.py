@@ -14,21 +14,12 @@ from typing import Any
 
 import pytest
 import torch
+from small_models import mlp
 from torch import nn
 
 import hndl
 from hndl.torch import _guards
 from hndl.torch._guards import SYMBOLIC_SIGNATURE
-
-
-def mlp(bias: bool = True) -> hndl.GraphModule:
-    g = hndl.Graph("mlp")
-    x = g.input("x", ("B", 8))
-    h = g.add("linear", x, name="hidden", out_features=16)
-    h = g.add("relu", h, name="act")
-    g.output(g.add("linear", h, name="out", out_features=4, bias=bias))
-    return hndl.build(g)
-
 
 X = torch.randn(3, 8)
 

@@ -4,7 +4,7 @@ path and the unchecked path (the one ``torch.compile`` traces), with the results
 Every op that declares an ``example`` and an ``input_shape_example`` (and neither runs a subgraph nor imports
 code) takes part: its example parameters, its inputs as fresh graph inputs of the example shape with the symbols
 made small numbers, and after it, at random, elementwise ops or a ``linear`` on its float outputs. Used by
-``tests/core/test_hardening_runtime_fuzz.py`` (a few fixed seeds, in the normal run) and by
+``tests/core/test_runtime_fuzz_paths.py`` (a few fixed seeds, in the normal run) and by
 ``tests/fuzz/fuzz_runtime.py`` (``nox -s fuzz``, for a time budget).
 """
 
