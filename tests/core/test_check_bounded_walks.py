@@ -2,7 +2,7 @@
 
 Each case is a small spec that once raised RecursionError or MemoryError, or ran for seconds to minutes; each
 test is named after it and asserts the HndlError it gets now, in the API and in ``hndl check/summary/draw``.
-Times are CPU times (``process_time``) with a generous bound, as in test_hardening_limits.py: each case takes
+Times are CPU times (``process_time``) with a generous bound, as in test_check_bounded_work.py: each case takes
 a fraction of a second now.
 """
 
@@ -26,10 +26,10 @@ from spec_mutator import (
 )
 
 import hndl
-import hndl._check
-from hndl._check import MAX_CHECKED_DIMS, MAX_EXPANDED_NODES, MAX_META_NODES, MAX_RANK
+import hndl._check_limits
+from hndl._check_limits import MAX_CHECKED_DIMS, MAX_EXPANDED_NODES, MAX_META_NODES, MAX_RANK
 from hndl._dims import DimError
-from hndl._graph_params import MAX_BOUND_VALUES
+from hndl._param_binding import MAX_BOUND_VALUES
 from hndl._resolve import MAX_NESTING
 from hndl.cli import main
 
@@ -198,7 +198,7 @@ def test_an_input_of_too_many_dims_is_a_shape_error() -> None:
 def test_the_dims_of_all_values_together_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     # The bound is 1,000,000 (about a fifth of a second of checking); a smaller one shows where the walk stops.
     assert MAX_CHECKED_DIMS == 1_000_000
-    monkeypatch.setattr(hndl._check, "MAX_CHECKED_DIMS", 2000)
+    monkeypatch.setattr(hndl._check_limits, "MAX_CHECKED_DIMS", 2000)
     (problem,) = check_error(high_rank(MAX_RANK, repeat=100)).problems
     assert (problem.code, problem.node) == ("E_SHAPE", "n")
     assert problem.message == (
@@ -238,7 +238,7 @@ def test_a_graph_too_large_to_describe_is_not_built_on_the_meta_device(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     assert MAX_META_NODES == 5000
-    monkeypatch.setattr(hndl._check, "MAX_META_NODES", 50)
+    monkeypatch.setattr(hndl._check_limits, "MAX_META_NODES", 50)
     text = many_relus(10, 6)  # 60 nodes: it checks, but is past the (patched) meta-build size
     assert len(hndl.check(hndl.loads(text)).nodes[0].body) == 6
     message = "has 60 nodes, more than the 50 hndl builds on the meta device to describe a graph"
@@ -254,7 +254,7 @@ def test_a_graph_too_large_to_describe_is_not_built_on_the_meta_device(
 
 
 def test_the_dims_of_a_meta_build_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hndl._check, "MAX_META_DIMS", 100)
+    monkeypatch.setattr(hndl._check_limits, "MAX_META_DIMS", 100)
     with pytest.raises(hndl.HndlError) as info:
         hndl.summary(hndl.loads(high_rank(MAX_RANK, repeat=1)))
     assert info.value.problems[0].message == (

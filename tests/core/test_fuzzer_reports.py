@@ -67,7 +67,7 @@ def test_the_fuzzer_reports_a_case_that_runs_too_long(
     fuzzer.run_case(run, MLP, "the mlp seed", 0.2)
     ((kind, where),) = run.failures
     assert kind == "check: CaseTimeout"
-    assert where.startswith("test_hardening_fuzzer.py:")  # the loop that was running, not the timer
+    assert where.startswith("test_fuzzer_reports.py:")  # the loop that was running, not the timer
 
 
 def test_the_fuzzer_passes_a_good_spec_through_every_stage(fuzzer: ModuleType, timer: None, tmp_path: Path) -> None:
