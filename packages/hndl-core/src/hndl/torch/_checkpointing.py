@@ -28,7 +28,7 @@ from .._training_memory import step_weight_bytes
 from ..naming import excerpt, suggestion
 from ._built import BuiltModel
 
-__all__ = ["Recompute", "float_bytes", "flagged", "names_of", "planned", "resolve", "runners"]
+__all__ = ["Recompute", "choose", "float_bytes", "flagged", "names_of", "planned", "resolve", "runners"]
 
 
 class Recompute:
@@ -215,6 +215,39 @@ def planned(model: BuiltModel, budget: Any, dims: Mapping[str, Any]) -> frozense
     plan = model.plan
     weights = step_weight_bytes(model, plan)
     return _memory.choose(plan, bind_dims(plan, dims), budget, float_bytes(model), weights).chosen
+
+
+def choose(
+    model: BuiltModel, nodes: Sequence[str] | str | None, budget: int | None, dims: Mapping[str, Any]
+) -> frozenset[int]:
+    """The uses ``GraphModule.checkpointing(nodes, budget, **dims)`` asks for: those named (:func:`resolve`),
+    those a budget needs (:func:`planned`), or none for ``nodes=None``. Changes nothing.
+
+    Raises:
+        HndlError: E_PARAM for both ``nodes`` and ``budget``, dims without a budget, and what :func:`resolve`
+            and :func:`planned` refuse; E_INPUT for a bad dim.
+    """
+    if nodes is not None and budget is not None:
+        raise HndlError(
+            Problem(
+                "E_PARAM",
+                "checkpointing takes the uses to recompute or a budget, not both",
+                expected="nodes=... or budget=...",
+                actual="both",
+            )
+        )
+    if dims and budget is None:
+        raise HndlError(
+            Problem(
+                "E_PARAM",
+                "dims size a budget; without budget= they mean nothing",
+                expected="budget=... with the dims",
+                actual=", ".join(dims),
+            )
+        )
+    if budget is not None:
+        return planned(model, budget, dims)
+    return frozenset() if nodes is None else resolve(model.plan, nodes)
 
 
 def runners(plan: Plan, running: Plan, modules: Sequence[nn.Module | None], chosen: frozenset[int]) -> list[Any]:

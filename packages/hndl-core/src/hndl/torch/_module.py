@@ -4,43 +4,35 @@ The call has two paths. The first call with a new *signature* (each input's shap
 model's state version) runs the full check (:func:`._runtime.validate`): every contract is checked and every
 node runs through ``nn.Module.__call__``. Later calls take the generated fast path (see :mod:`._codegen`) while
 the guards of :mod:`._guards` hold (a known signature, registered state that still looks as recorded), and run
-the layers. The class holds what a user calls; its runtime state is one object (:mod:`._runtime`), the
-capabilities are free functions it delegates to (:mod:`hndl.torch.interop`, :mod:`._checkpointing`). SPEC.md
-section 11 is the behaviour; IMPLEMENTATION.md "The checked runtime" is the design.
+the layers. The class holds what a user calls; its runtime state is one object (:mod:`._runtime`), and the other
+jobs are free functions it delegates to (:mod:`hndl.torch.interop`, :mod:`._checkpointing`, :mod:`._embeddings`,
+:mod:`._nodes`, :mod:`._copying`, :mod:`._traced`). SPEC 11 is the behaviour; IMPLEMENTATION.md "The checked
+runtime" is the design.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from .._errors import HndlError, Problem
+from .._errors import HndlError
 from .._plan import Plan
-from ..naming import suggestion
-from . import _checkpointing, _embeddings, interop
-from ._activation_wrappers import unwrap
-from ._binding import bind_inputs
+from . import _checkpointing, _copying, _embeddings, _nodes, interop
 from ._built import BuiltModel
 from ._export import not_scriptable
-from ._forward import restore, sign, unsigned
+from ._forward import sign
 from ._fsdp import reshard_after_failure
 from ._guards import VERSION_ATTR, bump
-from ._per_step import adopt
-from ._runtime import Runtime, blocks, install, leaves, start
+from ._runtime import Runtime, install, leaves, start
 from ._signatures import SIGNATURE_CACHE_SIZE
+from ._traced import traced_inputs
 
 __all__ = ["SIGNATURE_CACHE_SIZE", "GraphModule"]
 
 _is_compiling = torch.compiler.is_compiling
-# Dynamo alone (torch.compile, strict export); a non-strict torch.export runs this module's Python as written.
-_is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", _is_compiling)
-
-# Attributes rebuilt for every instance (after deepcopy, copy or unpickling) rather than copied.
-_RUNTIME_KEYS = ("_runtime", VERSION_ATTR)
 
 
 class GraphModule(BuiltModel):
@@ -152,32 +144,7 @@ class GraphModule(BuiltModel):
         Raises:
             HndlError: E_RUNTIME when no node has that name (with the closest name).
         """
-        step = next((s for s in self._plan.steps if s.node.qualname == node), None)
-        if step is None:
-            names = [s.node.qualname for s in self._plan.steps]
-            raise HndlError(
-                Problem(
-                    "E_RUNTIME",
-                    f"graph '{self.graph.name}' has no node {node!r} to replace",
-                    node=node,
-                    expected="a node name: " + ", ".join(names[:8]) + (", ..." if len(names) > 8 else ""),
-                    actual=node,
-                    hint=suggestion(node, names),
-                )
-            )
-        path = step.node.path
-        parent = unwrap(self.node_module(path[:-1]))
-        if parent is None:
-            raise HndlError(
-                step.node.problem(
-                    "E_RUNTIME", f"the module holding this node's layer ('{'.'.join(path[:-1])}') was removed"
-                )
-            )
-        with self._runtime.lock:
-            adopt(module.modules(), self._runtime.per_step)  # it shares the model's per-step values
-            self._build_state.adopt(".".join(path), module, step.node.qualname, step.node.op)
-            parent.add_module(path[-1], module)  # PyTorch's registration hook gives a new state version
-            bump(self)
+        _nodes.replace_layer(self, node, module)
 
     def layer(self, node: str) -> nn.Module:
         """The live layer of node ``node``, wherever it is registered: ``model.layer("layers.0.gate_proj")`` is
@@ -189,41 +156,13 @@ class GraphModule(BuiltModel):
             HndlError: E_REF when no node has that name (with the closest); E_RUNTIME when its layer, or a module
                 on the way to it, was removed.
         """
-        path, checked = self._node_path(node)
-        found = self.node_module(path)
-        if found is None:
-            raise HndlError(
-                checked.problem("E_RUNTIME", f"the layer at '{'.'.join(path)}' (or a module on the way) was removed")
-            )
-        return found
+        return _nodes.layer(self, node)
 
     def layer_name(self, node: str) -> str:
         """The dotted module name of node ``node``'s layer, as ``named_modules()`` and ``state_dict`` spell it
         (``"model.layers.0.mlp.gate_proj"``, ``"nodes.n_hidden"``): what a TP plan, an FSDP wrap policy or a
         pipeline ``split_spec`` names. Raises E_REF for an unknown node, as :meth:`layer` does."""
-        return ".".join(self._node_path(node)[0])
-
-    def _node_path(self, node: str) -> tuple[tuple[str, ...], Any]:
-        plan = self._plan
-        for step in plan.steps:
-            if step.node.qualname == node:
-                return step.node.path, step.node
-        for group in plan.groups:
-            if group.qualname == node:
-                return group.path, group.node
-            if group.node.qualname == node:
-                return group.node.path, group.node
-        names = [s.node.qualname for s in plan.steps] + [g.qualname for g in plan.groups]
-        raise HndlError(
-            Problem(
-                "E_REF",
-                f"graph '{self.graph.name}' has no node {node!r}",
-                node=node if isinstance(node, str) else None,
-                expected="a node's qualified name: " + ", ".join(names[:8]) + (", ..." if len(names) > 8 else ""),
-                actual=repr(node),
-                hint=suggestion(node, names) if isinstance(node, str) else None,
-            )
-        )
+        return ".".join(_nodes.node_path(self, node)[0])
 
     # -- activation checkpointing (hndl/torch/_checkpointing.py; SPEC.md section 16) ------------------------
 
@@ -257,28 +196,7 @@ class GraphModule(BuiltModel):
                 budget that cannot be met (the message names the smallest feasible one); E_INPUT for a bad dim.
                 The setting is unchanged after an error.
         """
-        if nodes is not None and budget is not None:
-            raise HndlError(
-                Problem(
-                    "E_PARAM",
-                    "checkpointing takes the uses to recompute or a budget, not both",
-                    expected="nodes=... or budget=...",
-                    actual="both",
-                )
-            )
-        if dims and budget is None:
-            raise HndlError(
-                Problem(
-                    "E_PARAM",
-                    "dims size a budget; without budget= they mean nothing",
-                    expected="budget=... with the dims",
-                    actual=", ".join(dims),
-                )
-            )
-        if budget is not None:
-            chosen = _checkpointing.planned(self, budget, dims)
-        else:
-            chosen = frozenset() if nodes is None else _checkpointing.resolve(self._plan, nodes)
+        chosen = _checkpointing.choose(self, nodes, budget, dims)
         with self._runtime.lock:
             self.__dict__["_checkpointed"] = chosen
             # The same stores record: what it proved about the registered state still holds, and a change
@@ -294,13 +212,9 @@ class GraphModule(BuiltModel):
         the model's class is a subclass named like its own), as HF ``Trainer`` and ``torch.export`` read it; a
         missing, unknown or doubled input is ``E_INPUT``."""
         if _is_compiling():
-            # Before any comparison: Dynamo traces plain module calls, and no Python state is consulted.
-            if not _is_dynamo_compiling():
-                _call_instance_forwards(self)
-            names = self._plan.input_names
-            inputs = (
-                args if not kwargs and len(args) == len(names) else bind_inputs(names, self.graph.name, args, kwargs)
-            )
+            # Before any comparison: Dynamo traces plain module calls, and no Python state is consulted. The
+            # inputs first: before a non-Dynamo trace they may give the model a new runtime (._traced).
+            inputs = traced_inputs(self, args, kwargs)
             return self._runtime.unchecked(self, *inputs)
         try:
             return self._runtime.execute(self, args, kwargs)
@@ -317,38 +231,20 @@ class GraphModule(BuiltModel):
         bump(self)
         return result
 
-    # -- copying and pickling: the runtime is rebuilt, never copied -----------------------------------------
+    # -- copying and pickling: the runtime is rebuilt, never copied (hndl/torch/_copying.py) --------------------
 
     def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        for key in _RUNTIME_KEYS:
-            state.pop(key, None)
-        return state
+        return _copying.without_runtime(super().__getstate__())
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        start(self, verified=False)
-        sign(self, self._plan.input_names, GraphModule.forward)
+        _copying.restart(self, GraphModule.forward)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        # The signed class is not importable by name: unpickle an instance of the class it was derived from,
-        # which __setstate__ signs again.
-        reduced = super().__reduce_ex__(protocol)
-        base = unsigned(type(self))
-        if base is type(self) or not isinstance(reduced, tuple) or len(reduced) < 3:
-            return reduced
-        return (restore, (base,), *reduced[2:])
+        return _copying.reduced(self, super().__reduce_ex__(protocol))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> GraphModule:
-        # The record, generated code and signature cache are rebuilt for the clone's own modules, so the clone's
-        # first call validates and nothing of the original's runtime state (nor any tensor) is copied.
-        cls = type(self)
-        clone = cls.__new__(cls)
-        memo[id(self)] = clone
-        for key, value in self.__getstate__().items():
-            clone.__dict__[key] = copy.deepcopy(value, memo)
-        start(clone, verified=False)
-        return clone
+        return _copying.deep_copy(self, memo)
 
     def extra_repr(self) -> str:
         return f"graph={self.graph.name!r}"
@@ -402,17 +298,3 @@ class GraphModule(BuiltModel):
         from .._summary import summary
 
         return summary(self, depth=depth, train=train, optimizer=optimizer, **dims)
-
-
-def _call_instance_forwards(model: GraphModule) -> None:
-    """Before a non-Dynamo trace (``torch.export``'s default, which ``torch.distributed.pipelining.pipeline``
-    runs): a block given its own ``forward`` since the call was generated (a ``split_spec`` wraps it to mark a
-    split point; a plain attribute write, which no registration hook reports) is made a step that calls it, so
-    the trace runs that forward. Costs a walk over the blocks per traced call, never on the fast path."""
-    runtime = model._runtime
-    running = {step.node.path for step in runtime.plan.steps}
-    for group, block in zip(model.plan.groups, blocks(model)):
-        if block is not None and "forward" in block.__dict__ and group.path not in running:
-            with runtime.lock:
-                install(model, leaves(model), runtime.stores)
-            return
