@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import hndl
-from hndl._check import MAX_EXPANDED_NODES
+from hndl._check_limits import MAX_EXPANDED_NODES
 from hndl._dims import MAX_DIM, MAX_EXPR_CHARS, MAX_NESTING, MAX_TERMS, DimError, dim_mul, parse_dim, symbol
 
 
@@ -166,9 +166,10 @@ def test_the_walk_keeps_its_own_count_behind_the_count_before_it(monkeypatch: py
     # Whatever the count before the walk misses, the walk stops at the same limit. A repetition counts as a node
     # (its relu another), so the 51st node is repetition 25.
     import hndl._check
+    import hndl._check_limits
 
-    monkeypatch.setattr(hndl._check, "MAX_EXPANDED_NODES", 50)
-    monkeypatch.setattr(hndl._check._Checker, "_within_node_limit", lambda self: True)
+    monkeypatch.setattr(hndl._check_limits, "MAX_EXPANDED_NODES", 50)
+    monkeypatch.setattr(hndl._check, "within_node_limit", lambda root, library, problems: True)
     text = (
         "hndl: 1\ninputs: {x: {shape: [B, 4]}}\nnodes: {n: {op: graph, graph: a, repeat: 100, in: x}}\n"
         "outputs: [n]\ngraphs:\n  a: {inputs: {h: {shape: [B, 4]}}, nodes: {m: {op: relu, in: h}}, outputs: [m]}\n"

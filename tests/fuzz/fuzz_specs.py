@@ -217,7 +217,7 @@ def run_case(
     failures recorded."""
     import torch
 
-    from hndl._check import meta_build_problem
+    from hndl._check_limits import meta_build_problem
     from hndl.torch import build_module
 
     run.cases += 1

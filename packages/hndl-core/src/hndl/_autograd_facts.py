@@ -16,7 +16,7 @@ registry. No torch here.
 
 from __future__ import annotations
 
-from ._check import CheckedNode
+from ._checked import CheckedNode
 from ._dims import Dim
 from ._op_facts import apply_rule
 from ._registry import FactTable

@@ -11,7 +11,7 @@ element-wise op, activation and constant), except an op that imports code hndl c
 
 from __future__ import annotations
 
-from ._check import CheckedNode
+from ._checked import CheckedNode
 from ._dims import Dim, dim_add, dim_mul
 from ._op_facts import apply_rule, numel
 from ._registry import FactTable

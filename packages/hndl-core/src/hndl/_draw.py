@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._check import CheckedGraph, CheckedNode, check
+from ._check import check
+from ._checked import CheckedGraph, CheckedNode
 from ._errors import HndlError, Problem, ProblemList
 from ._graph import Graph, split_ref
 from ._graph_params import with_sizes

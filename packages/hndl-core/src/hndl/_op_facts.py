@@ -5,7 +5,7 @@ it costs in multiply-adds (``macs``).
 A rule is a function of one checked node, read only through ``node.params``, ``node.in_types`` and
 ``node.out_types`` (:class:`FactNode`), so this module sits below both the registry and the checker: the ops
 declare rules from here, and :mod:`hndl._check`, which imports the ops, hands the rules its
-:class:`~hndl._check.CheckedNode`. No torch here.
+:class:`~hndl._checked.CheckedNode`. No torch here.
 
 Multiply-adds are counted for the products that ``torch.utils.flop_counter.FlopCounterMode`` counts (matrix
 products and convolutions, FLOPs = 2 x MACs), so the two agree; an op without a rule counts 0, as element-wise
@@ -48,7 +48,7 @@ SAVES = ("inputs", "output", "both", "none", "unknown")
 
 
 class FactNode(Protocol):
-    """What a rule reads of a checked node (:class:`hndl._check.CheckedNode` is one)."""
+    """What a rule reads of a checked node (:class:`hndl._checked.CheckedNode` is one)."""
 
     @property
     def params(self) -> Any: ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ._check import CheckedGraph, CheckedNode, repetition_inputs
+from ._checked import CheckedGraph, CheckedNode, repetition_inputs
 
 __all__ = ["Group", "Plan", "Step", "lower"]
 

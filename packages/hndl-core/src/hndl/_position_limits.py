@@ -27,7 +27,7 @@ __all__ = ["position_limits"]
 
 
 def position_limits(checked: CheckedGraph) -> tuple[list[Contract], list[Problem]]:
-    """The top-level input contracts of ``checked`` (a :class:`~hndl._check.CheckedGraph`) with each derived
+    """The top-level input contracts of ``checked`` (a :class:`~hndl._checked.CheckedGraph`) with each derived
     position range added, and a problem for each int dim that is already too long."""
     contracts = list(checked.contracts)
     problems: list[Problem] = []

@@ -15,8 +15,9 @@ from typing import Any
 from ._contracts import DTYPE_CATEGORIES, DTYPES
 from ._meaning import KINDS
 from ._registry import OpDef, registry
+from ._spec_builder import REQUIRED_KEYS
 from ._spec_dumper import FORMAT_VERSION, NODE_KEYS
-from ._spec_loader import OUTPUT_KEYS, REQUIRED_KEYS
+from ._spec_inputs_outputs import OUTPUT_KEYS
 from .naming import NAME_RE
 
 __all__ = ["NAME_PATTERN", "SCHEMA_ID", "spec_schema"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _costs
-from ._check import CheckedGraph, CheckedNode, repetition_inputs
+from ._checked import CheckedGraph, CheckedNode, repetition_inputs
 from ._contracts import Variadic, format_shape
 from ._dims import Dim, dim_add, dim_mul, free_symbols
 from ._errors import HndlError, Problem

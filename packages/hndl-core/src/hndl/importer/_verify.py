@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._check import CheckedGraph
+from .._checked import CheckedGraph
 from .._contracts import DTYPE_CATEGORIES, is_unknown
 from .._dims import evaluate
 from .._errors import Problem

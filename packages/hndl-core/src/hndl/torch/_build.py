@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from .._check import CheckedGraph, CheckedNode, check
+from .._check import check
+from .._checked import CheckedGraph, CheckedNode
 from .._contracts import FLOAT_DTYPES
 from .._errors import HndlError, ProblemList
 from .._graph import Graph

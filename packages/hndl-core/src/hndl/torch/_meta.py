@@ -7,7 +7,8 @@ import dataclasses
 
 import torch
 
-from .._check import check, meta_build_problem
+from .._check import check
+from .._check_limits import meta_build_problem
 from .._errors import HndlError, Problem
 from .._graph import Graph
 from ..naming import excerpt

@@ -21,7 +21,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._check import CheckedGraph
+from .._checked import CheckedGraph
 from .._contracts import Variadic, is_unknown
 from .._dims import free_symbols
 from .._plan import Plan

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._check import CheckedGraph, CheckedNode, DeclaredOutput
+from .._checked import CheckedGraph, CheckedNode, DeclaredOutput
 from .._contracts import ShapePattern, TensorType, Variadic, dtype_satisfies, format_shape, is_unknown
 from .._dims import DimError, evaluate, format_dim, free_symbols
 from .._errors import HndlError, Problem, describe_node
