@@ -32,12 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.yaml") if p.name != "broken.yaml")
 # gpt2 is examples/gpt2.yaml already (the one model with tied weights); the others are cheap at these dims.
 ZOO = ["resnet18", "unet", "lstm_classifier", "vit_tiny_patch16_224", "seq2seq_transformer"]
-# Known bug (noted on issue 38): examples/efficientformer.yaml runs plain, but under torchinfo's hooks on every
-# module its nested blocks take the hooked call path and exceed Python's recursion limit (E_RUNTIME RecursionError).
-_HOOKED_RECURSION = pytest.mark.xfail(reason="efficientformer under hooks on every module: RecursionError", strict=True)
-SOURCES = [
-    pytest.param(p, id=p.stem, marks=[_HOOKED_RECURSION] if p.stem == "efficientformer" else []) for p in EXAMPLES
-] + [pytest.param(f"zoo:{n}", id=f"zoo-{n}") for n in ZOO]
+SOURCES = [pytest.param(p, id=p.stem) for p in EXAMPLES] + [pytest.param(f"zoo:{n}", id=f"zoo-{n}") for n in ZOO]
 SIZES = {"B": 2, "T": 6, "S": 5, "H": 64, "W": 64}  # zoo:unet's h, w count 16-pixel tiles: 4 is 64 pixels
 
 pytestmark = pytest.mark.filterwarnings("ignore:TF32 acceleration:UserWarning")

@@ -153,20 +153,34 @@ def group_step(plan: Plan, group: Group) -> Step:
     return Step(node, group.inputs, group.outputs)
 
 
+def _holds(outer: Group, inner: Group) -> bool:
+    """Whether ``inner`` is a use nested, at any depth, in ``outer``: its block is registered below ``outer``'s.
+    Told by module path, not by steps: a use whose steps are all one nested use's (a subgraph made of a single
+    subgraph use, such as a downsample that is one convolution block) spans exactly the steps of that use, so its
+    steps alone cannot say which of the two holds the other."""
+    depth = len(outer.path)
+    return len(inner.path) > depth and inner.path[:depth] == outer.path
+
+
 def collapse(plan: Plan, start: int, stop: int, called: set[int], inside: int | None = None) -> list[Step]:
     """The steps ``plan.steps[start:stop]`` as they run: each outermost group in ``called`` (indices into
-    ``plan.groups``, other than ``inside``, the group being run) becomes one step calling its block."""
+    ``plan.groups``) becomes one step calling its block. ``inside`` is the group being run (None: the whole
+    plan): only the uses nested in it count, never the group itself nor one that holds it, which would call
+    the block being run again (or its parent) from inside its own forward, without end."""
+    outer = None if inside is None else plan.groups[inside]
     by_start: dict[int, list[int]] = {}
     for index, group in enumerate(plan.groups):
-        if index in called and index != inside and start <= group.start and group.stop <= stop:
+        # An empty use (its outputs are its inputs) has no steps to replace.
+        if index in called and start <= group.start < group.stop <= stop and (outer is None or _holds(outer, group)):
             by_start.setdefault(group.start, []).append(index)
     steps: list[Step] = []
     i = start
     while i < stop:
-        here = [g for g in by_start.get(i, ()) if plan.groups[g].stop > i]
+        here = by_start.get(i)
         if here:
-            outer = min(here, key=lambda g: (-(plan.groups[g].stop - plan.groups[g].start), g))
-            group = plan.groups[outer]
+            # The uses starting here are nested one in another; the outermost has the shortest path (their spans
+            # may be equal, see ``_holds``).
+            group = plan.groups[min(here, key=lambda g: len(plan.groups[g].path))]
             steps.append(group_step(plan, group))
             i = group.stop
         else:
@@ -214,7 +228,7 @@ def program_for(
 def _program(plan: Plan, index: int) -> Program:
     group = plan.groups[index]
     # Nested blocks are called through ``__call__`` from a called block, so their own hooks fire too.
-    nested = {g for g, other in enumerate(plan.groups) if g != index and group.start <= other.start < group.stop}
+    nested = {g for g, other in enumerate(plan.groups) if _holds(group, other)}
     steps = collapse(plan, group.start, group.stop, nested, inside=index)
     depth = len(group.path)
     return program_for(steps, group.inputs, group.outputs, group.qualname, lambda path: tuple(path[depth:]))
