@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import hndl
+import hndl.zoo
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MODELS = ["mlp", "conv_stack", "transformer_block"]
@@ -57,6 +58,18 @@ def test_example_inputs_satisfy_the_contracts_and_default_distinct_sizes():
     assert mask.shape == (2, 3)
     assert model.example_inputs(T=7)[0].shape == (2, 7, 4)
     assert torch.equal(model.example_inputs()[0], model.example_inputs()[0])  # seeded: the same every time
+
+
+def test_regression_example_inputs_bool_mask_keeps_every_position_so_attention_is_finite():
+    # A bool input was all False: as a padding mask it masked every key, and llama's logits were NaN on torch 2.4.
+    model = hndl.build(hndl.zoo.get("llama")).eval()
+    ids, mask = model.example_inputs(B=2, T=5)
+    assert mask.dtype == torch.bool
+    assert bool(mask.all())
+    assert ids.dtype == torch.int64
+    assert not ids.any()
+    with torch.no_grad():
+        assert torch.isfinite(model(ids, mask)).all()
 
 
 def test_one_symbol_in_two_inputs_is_one_dim():

@@ -34,9 +34,7 @@ def build(name: str, **overrides: Any) -> hndl.GraphModule:
 
 def outputs(model: hndl.GraphModule) -> tuple[torch.Tensor, ...]:
     with torch.no_grad():
-        # Seeded: the same for both models. Bool inputs (the padding masks) come as all False, every key masked,
-        # which torch 2.4's SDPA answers with NaN (never equal): keep every position instead.
-        inputs = [torch.ones_like(t) if t.dtype == torch.bool else t for t in model.example_inputs(B=2, T=6)]
+        inputs = model.example_inputs(B=2, T=6)  # seeded: the same for both models
         out = model(*inputs)
     return out if isinstance(out, tuple) else (out,)
 

@@ -230,8 +230,9 @@ def example_inputs(model: BuiltModel, **dims: Any) -> tuple[torch.Tensor, ...]:
             given (one dim each for a ``*name``), in the order the inputs use them, so no two dynamic dims
             share an example size.
 
-    Floating inputs are ``randn`` from a generator seeded with 0 (the same inputs every time); integer and
-    bool inputs are zeros, which are valid indices for any embedding. Each input is on its contract's device,
+    Floating inputs are ``randn`` from a generator seeded with 0 (the same inputs every time); integer inputs
+    are zeros, which are valid indices for any embedding; bool inputs are all True, a padding mask that keeps
+    every position (all False would mask every key, and attention over no key is NaN). Each input is on its contract's device,
     else on the device of the model's first parameter or buffer.
 
     Raises:
@@ -253,6 +254,8 @@ def example_inputs(model: BuiltModel, **dims: Any) -> tuple[torch.Tensor, ...]:
         dtype = _dtype(contract)
         if dtype.is_floating_point or dtype.is_complex:
             value = torch.randn(shape, generator=generator, dtype=dtype)
+        elif dtype == torch.bool:
+            value = torch.ones(shape, dtype=dtype)
         else:
             value = torch.zeros(shape, dtype=dtype)
         inputs.append(value.to(_device(model, contract)))
