@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hndl
-from hndl._graph_params import FUNCTIONS, MAX_BOUND_VALUES, compute_params, resolve
+from hndl._param_binding import MAX_BOUND_VALUES, compute_params, resolve
+from hndl._param_expressions import FUNCTIONS
 from hndl.cli import main
 
 LIMIT = 2**63 - 1

@@ -242,8 +242,8 @@ def test_a_bad_expression_is_e_param_with_a_hint_to_the_docs() -> None:
 
 
 def test_the_grammar_hint_names_every_function_and_operator() -> None:
-    from hndl._graph_params import FUNCTIONS
     from hndl._hints import EXPRESSION_HINT
+    from hndl._param_expressions import FUNCTIONS
 
     for word in [*FUNCTIONS, "**", "//", "%"]:
         assert word in EXPRESSION_HINT.replace(",", " ").replace(";", " ").split(), word

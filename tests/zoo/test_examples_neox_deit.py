@@ -86,7 +86,7 @@ def _neox_config(tf: Any, p: dict[str, Any], **fixed: Any) -> Any:
         attention_bias=p["attention_bias"],
         attention_dropout=p["attention_dropout"],
         hidden_dropout=p["hidden_dropout"],
-        use_parallel_residual=True,
+        use_parallel_residual=p["use_parallel_residual"],
         tie_word_embeddings=False,
         **fixed,
     )
@@ -125,8 +125,14 @@ def _neox_logits(reference: Any, inputs: dict[str, torch.Tensor]) -> torch.Tenso
 
 @pytest.mark.parametrize(
     ("overrides", "batch", "length"),
-    [({}, 1, 5), ({}, 3, 17), ({"hidden_size": 96, "num_attention_heads": 3, "rotary_pct": 0.5}, 2, 11)],
-    ids=["default-1x5", "default-3x17", "wider-2x11"],
+    [
+        ({}, 1, 5),
+        ({}, 3, 17),
+        ({"hidden_size": 96, "num_attention_heads": 3, "rotary_pct": 0.5}, 2, 11),
+        ({"use_parallel_residual": False}, 1, 5),
+        ({"use_parallel_residual": False, "hidden_size": 96, "num_attention_heads": 3}, 3, 17),
+    ],
+    ids=["default-1x5", "default-3x17", "wider-2x11", "sequential-1x5", "sequential-wider-3x17"],
 )
 def test_gpt_neox_example_logits_equal_transformers(overrides: dict[str, Any], batch: int, length: int) -> None:
     model, reference = _neox_pair(**overrides)
@@ -145,6 +151,22 @@ def test_gpt_neox_example_logits_equal_transformers_with_a_padded_batch() -> Non
         ours, theirs = model(**inputs), _neox_logits(reference, inputs)
     real = inputs["attention_mask"]
     assert torch.equal(ours[real], theirs[real]), (ours[real] - theirs[real]).abs().max()
+
+
+def test_gpt_neox_example_switches_the_residual_with_use_parallel_residual() -> None:
+    # The same weights give other logits in sequence than in parallel (so the `when: "$not ..."` switch takes
+    # effect), and the sequential variant reads the MLP's LayerNorm of attn + x, as transformers' layer does.
+    parallel, _ = _neox_pair()
+    sequential, reference = _neox_pair(use_parallel_residual=False)
+    assert not reference.config.use_parallel_residual
+    inputs = _ids(2, 7, seed=3)
+    with torch.no_grad():
+        ours, theirs = sequential(**inputs), _neox_logits(reference, inputs)
+        other = parallel(**inputs)
+    assert torch.equal(ours, theirs)
+    assert not torch.allclose(ours, other)
+    written = hndl.load(NEOX, params={"use_parallel_residual": False}).graphs["layer"].nodes
+    assert written["attn_residual"].when == "$not use_parallel_residual"
 
 
 def test_gpt_neox_example_rotates_the_fraction_of_each_head_that_rotary_pct_says() -> None:
@@ -184,10 +206,15 @@ def _reference_greedy(reference: Any, ids: torch.Tensor, mask: torch.Tensor) -> 
         )
 
 
-@pytest.mark.parametrize("kv_cache", ["static", "grow"])
-def test_gpt_neox_example_generates_transformers_greedy_tokens(kv_cache: str) -> None:
-    # transformers' default initialiser's scale, so greedy decoding does not settle on one token at once.
-    model, reference = _neox_pair(init=0.02)
+@pytest.mark.parametrize(
+    ("kv_cache", "parallel", "init"),
+    [("static", True, 0.02), ("grow", True, 0.02), ("static", False, 0.1)],
+    ids=["static", "grow", "sequential"],
+)
+def test_gpt_neox_example_generates_transformers_greedy_tokens(kv_cache: str, parallel: bool, init: float) -> None:
+    # Initialiser scales at which greedy decoding does not settle on one token at once: transformers' default
+    # in parallel; the sequential residual, at that scale, repeats one token from the first step.
+    model, reference = _neox_pair(init=init, use_parallel_residual=parallel)
     gen = torch.Generator().manual_seed(2)
     ids = torch.randint(3, 256, (3, 8), generator=gen)
     mask = torch.ones_like(ids)

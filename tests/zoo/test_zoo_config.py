@@ -239,7 +239,7 @@ CONFIGURATION = {
     "llama": [
         *("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"),
         *("num_key_value_heads", "head_dim", "rope_theta", "rope_scaling", "rms_norm_eps", "attention_bias"),
-        *("mlp_bias", "attention_dropout"),
+        *("mlp_bias", "attention_dropout", "tie_word_embeddings"),
     ],
     "mistral": [
         *("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"),
@@ -270,7 +270,7 @@ CONFIGURATION = {
     "swin_t": [
         *("patch_size", "embed_dim", "depths1", "depths2", "depths3", "depths4", "num_heads1", "num_heads2"),
         *("num_heads3", "num_heads4", "window_size", "mlp_ratio", "dropout", "attention_dropout"),
-        *("stochastic_depth_prob", "num_classes", "H", "W"),
+        *("stochastic_depth_prob", "num_classes"),
     ],
     "densenet121": [
         *("growth_rate", "block_config1", "block_config2", "block_config3", "block_config4"),
@@ -309,7 +309,7 @@ def test_every_entrys_configuration_is_listed_in_the_docs() -> None:
         ("mobilenet_v3_small", dict(width_mult=0.5, num_classes=10)),
         ("convnext_tiny", dict(depths3=2, dims1=16, dims2=32, dims3=64, dims4=128)),
         ("efficientnet_b0", dict(width_mult=0.5, depth_mult=0.5)),
-        ("swin_t", dict(embed_dim=24, num_heads1=1, num_heads2=2, num_heads3=3, num_heads4=4, H=112, W=112)),
+        ("swin_t", dict(embed_dim=24, num_heads1=1, num_heads2=2, num_heads3=3, num_heads4=4, window_size=4)),
         ("densenet121", dict(growth_rate=8, block_config3=4, num_init_features=16)),
     ],
 )

@@ -2,8 +2,8 @@
 
 The convolutional entries take any height and width (symbols H and W): each is compared with its torchvision
 reference, the same weights loaded, at a non-square size and a batch the other tests do not use. zoo:swin_t takes
-its map sizes as parameters (its padding, shifts and shift mask follow them: tests/zoo/test_zoo_swin.py runs it at
-256 x 256 and 256 x 160), and the ViT entries fix the size by their learned position embeddings: they refuse any
+any size too (its padding, shifts and shift mask follow the input when it runs: tests/zoo/test_zoo_swin.py runs one
+built model at six sizes), and the ViT entries fix the size by their learned position embeddings: they refuse any
 other with E_INPUT, as their references do. Run in ``nox -s reference``; the reference tests skip elsewhere.
 """
 

@@ -11,7 +11,7 @@ tensor code for a call (``x.permute(0, 3, 1, 2)``) and as a spec node for a grap
 (``{op: permute, dims: [0, 3, 1, 2]}``).
 
 It also says where expressions over graph parameters are documented (:data:`EXPRESSIONS_DOC`), for the problems
-that come from a value computed by hand or an expression written wrong (:func:`hndl._graph_params.expression_hint`).
+that come from a value computed by hand or an expression written wrong (:func:`hndl._param_expressions.expression_hint`).
 """
 
 from __future__ import annotations
@@ -322,5 +322,5 @@ EXPRESSIONS_DOC = "docs/spec-files.md#expressions"
 #: The hint of an expression that does not parse: what the grammar has, and where it is written down.
 EXPRESSION_HINT = (
     "an expression has numbers, parameter names, + - * / // % **, parentheses and min max floor ceil round int "
-    f"sqrt pow; see {EXPRESSIONS_DOC}"
+    f"sqrt pow, comparisons == != < <= > >= and not, and, or; see {EXPRESSIONS_DOC}"
 )

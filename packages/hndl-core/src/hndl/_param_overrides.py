@@ -18,15 +18,9 @@ from typing import Any
 
 from ._errors import HndlError, Problem
 from ._graph import Graph
-from ._graph_params import (
-    MAX_BOUND_VALUES,
-    MAX_DEPTH,
-    compute_params,
-    expanded_size,
-    is_reference,
-    looks_like_expression,
-)
 from ._hints import EXPRESSIONS_DOC
+from ._param_binding import MAX_BOUND_VALUES, MAX_DEPTH, compute_params, expanded_size
+from ._param_expressions import is_reference, looks_like_expression
 from ._yaml_reader import describe
 from .naming import excerpt, suggestion
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from ._errors import ProblemList
 from ._graph import Graph, Node, split_ref
-from ._graph_params import NUMERIC_PARAM_TYPES, UNKNOWN_SIZE_HINT, expression_hint
+from ._param_binding import UNKNOWN_SIZE_HINT
+from ._param_expressions import NUMERIC_PARAM_TYPES, expression_hint
 from ._registry import REQUIRED, OpDef, Param, Params, registry
 from .naming import EXCERPT_LIMIT, excerpt, suggestion
 
@@ -54,8 +55,10 @@ def check_subgraph_uses(root: Graph, problems: ProblemList) -> bool:
             found = []
             for node in g.nodes.values():
                 name = node.params.get("graph")
+                if not isinstance(name, str) or name not in library:
+                    continue  # no subgraph use (nearly every node): asked before the op is looked up
                 opdef = registry.find(node.op) if isinstance(node.op, str) else None
-                if opdef is not None and opdef.runs_subgraph and isinstance(name, str) and name in library:
+                if opdef is not None and opdef.runs_subgraph:
                     found.append((node, library[name]))
             children[id(g)] = found
         return children[id(g)]
@@ -128,11 +131,21 @@ def order_nodes(g: Graph, prefix: str, problems: ProblemList) -> list[Node]:
     """
     deps: dict[str, list[str]] = {}
     for node in g.nodes.values():
-        deps[node.name] = [d for d in [split_ref(r)[0] for r in node.inputs] if d in g.nodes]
+        # ``r.partition(".")[0]`` is split_ref's node name, without a call per reference.
+        deps[node.name] = [d for d in [r.partition(".")[0] for r in node.inputs] if d in g.nodes]
     order: list[Node] = []
     state: dict[str, int] = {}  # 1 = on the stack, 2 = done
     for start in g.nodes:
         if state.get(start):
+            continue
+        # Between two searches nothing is on the stack: a node whose dependencies are all done (in a graph
+        # written in order, every node) is what the search below would find at once, without one.
+        for dep in deps[start]:
+            if state.get(dep) != 2:
+                break
+        else:
+            state[start] = 2
+            order.append(g.nodes[start])
             continue
         # Iterative DFS: a 10,000-node chain must not hit the recursion limit.
         stack: list[tuple[str, int]] = [(start, 0)]
@@ -204,7 +217,8 @@ def validate_params(
     """
     ok = True
     values: dict[str, Any] = {}
-    known = {p.name for p in opdef.params}
+    # Unknown keys first; a node that writes no parameter (most nodes of a large graph) has none to look up.
+    known = {p.name for p in opdef.params} if node.params else set()
     for key in node.params:
         if key not in known:
             ok = False
@@ -260,7 +274,8 @@ def validate_params(
                 hint=f"{p.name}: {p.doc}" if p.doc else None,
             )
         elif p.default is not REQUIRED:
-            values[p.name] = _own_copy(p.default)
+            default = p.default
+            values[p.name] = _own_copy(default) if isinstance(default, (dict, list, set)) else default
     if not ok:
         return None
     if opdef.imports_code and not allow_imports:

@@ -28,7 +28,8 @@ entry                        configuration
 ``llama``                    ``vocab_size``, ``hidden_size``, ``intermediate_size``, ``num_hidden_layers``,
                              ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``rope_theta``,
                              ``rope_scaling``, ``rms_norm_eps``, ``attention_bias``, ``mlp_bias``,
-                             ``attention_dropout``; presets ``llama-2-7b``, ``llama-3-8b``, ``llama-3.1-8b``
+                             ``attention_dropout``, ``tie_word_embeddings`` (the head is the token embedding:
+                             Llama 3.2 1B/3B); presets ``llama-2-7b``, ``llama-3-8b``, ``llama-3.1-8b``
 ``mistral``                  as ``llama`` with ``sliding_window`` (no ``rope_scaling``, no biases); preset
                              ``mistral-7b``
 ``bert``                     ``vocab_size``, ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
@@ -48,7 +49,7 @@ entry                        configuration
                              ``num_classes``, ``norm_eps``, ``norm_momentum``
 ``swin_t``                   ``patch_size``, ``embed_dim``, ``depths1`` .. ``depths4``, ``num_heads1`` ..
                              ``num_heads4``, ``window_size``, ``mlp_ratio``, ``dropout``, ``attention_dropout``,
-                             ``stochastic_depth_prob``, ``num_classes``, ``H``, ``W`` (the image size)
+                             ``stochastic_depth_prob``, ``num_classes`` (the image's H and W are symbols)
 ``densenet121``              ``growth_rate``, ``block_config1`` .. ``block_config4`` (layers per block),
                              ``num_init_features``, ``bn_size``, ``drop_rate``, ``num_classes``
 ============================ ==================================================================================
@@ -290,7 +291,8 @@ def from_pretrained(path: str | os.PathLike[str], **overrides: Any) -> GraphModu
     LlamaConfig's, MistralConfig's, BertConfig's); the model is built and the weights
     (``model.safetensors``, ``pytorch_model.bin``, or either sharded with its ``*.index.json``) are loaded with
     the hub key layout accepted, strictly. A LLaMA or Mistral config with ``tie_word_embeddings: true`` (Llama
-    3.2 1B/3B) builds the entry with its head tied to the token embedding (the files hold no ``lm_head.weight``).
+    3.2 1B/3B) builds the entry with its head tied to the token embedding (the files hold no ``lm_head.weight``):
+    for LLaMA, the entry's own parameter (``hndl.zoo.get("llama", tie_word_embeddings=True)`` is the same graph).
     The model is returned in eval mode, as transformers returns it. :func:`save_pretrained` writes it back.
 
     Args:
