@@ -173,7 +173,7 @@ def test_a_tied_llama_folder_was_refused_and_now_loads_equal_to_transformers(tmp
     with safe_open(tmp_path / "tf" / "model.safetensors", "pt") as f:
         assert "lm_head.weight" not in set(f.keys())  # the layout: the head is the embedding
     model = hndl.zoo.from_pretrained(tmp_path / "tf")
-    assert model.graph.nodes["lm_head"].tie == {"weight": "embed_tokens.weight"}
+    assert model.graph.params["tie_word_embeddings"] is True  # the entry's parameter, read from the config
     head = dict(model.named_parameters(remove_duplicate=False))
     embedding = next(v for k, v in head.items() if k.endswith("embed_tokens.weight"))
     assert next(v for k, v in head.items() if k.endswith("lm_head.weight")) is embedding
@@ -199,6 +199,24 @@ def test_a_tied_llama_generates_as_transformers_does(tmp_path):
     reference = _tied_llama(tf, tmp_path)
     model = hndl.zoo.from_pretrained(tmp_path)
     prompt = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(5))
+    ours = hndl.generate(model, prompt, max_new_tokens=6)
+    theirs = reference.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=None)
+    assert torch.equal(ours, theirs)
+
+
+def test_a_tied_llama_from_get_saves_as_a_tied_llama_transformers_loads_with_equal_logits(tmp_path):
+    # Was E_PARAM: zoo:llama had no tie_word_embeddings; a tied head had to be set on the graph by hand.
+    model = _random_model("llama", tie_word_embeddings=True)
+    hndl.zoo.save_pretrained(model, tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["tie_word_embeddings"] is True
+    reference = _load_transformers("llama", tmp_path)  # no missing key: transformers ties lm_head itself
+    assert reference.config.tie_word_embeddings is True
+    assert reference.lm_head.weight is reference.model.embed_tokens.weight
+    inputs = CASES["llama"][1](torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        _assert_equal(_ours(model, inputs), _theirs("llama", reference, inputs))
+        _assert_equal(_ours(model, inputs), _ours(hndl.zoo.from_pretrained(tmp_path), inputs))
+    prompt = inputs["input_ids"][:1, :5]
     ours = hndl.generate(model, prompt, max_new_tokens=6)
     theirs = reference.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=None)
     assert torch.equal(ours, theirs)

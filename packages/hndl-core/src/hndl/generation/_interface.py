@@ -159,13 +159,22 @@ def require_graph_module(model: Any) -> Any:
 
     if isinstance(model, GraphModule) or isinstance(getattr(model, "_orig_mod", None), GraphModule):
         return model
+    hint = "hndl.build(hndl.zoo.get('gpt2')), or hndl.zoo.from_pretrained(folder)"
+    base = getattr(model, "get_base_model", None)
+    if callable(base) and isinstance(getattr(model, "base_model", None), torch.nn.Module):
+        # A PeftModel wraps the model its LoRA layers were put into (in place): that model generates with them.
+        # Not unwrapped here: a prompt-learning adapter lives in the wrapper, and its model alone would ignore it.
+        hint = (
+            "pass the model PEFT put the adapters into: hndl.generate(peft_model.get_base_model(), ...) "
+            "(LoRA and the other tuner layers run there)"
+        )
     raise HndlError(
         Problem(
             "E_INPUT",
             f"model is {excerpt(model) if model is None else type(model).__name__}, not a built hndl model",
             expected="a GraphModule (hndl.build(...)), or one compiled with torch.compile",
             actual=type(model).__name__,
-            hint="hndl.build(hndl.zoo.get('gpt2')), or hndl.zoo.from_pretrained(folder)",
+            hint=hint,
         )
     )
 

@@ -102,8 +102,8 @@ class Pretrained:
         requires: what the entry assumes of the fields it has no parameter for.
         rules: the key rules; None: the entry's own (``hndl.zoo.entry(name).rules``).
         architecture: transformers' class of the model (``config.json``'s ``architectures``).
-        tie: the config field that ties the head to the token embedding where the entry's spec does not
-            (``tie_word_embeddings``: Llama 3.2's files hold no ``lm_head.weight``), or None.
+        tie: the config field that ties the head to the token embedding where the entry's spec has no parameter
+            for it (zoo:mistral's ``tie_word_embeddings``; zoo:llama's spec has one), or None.
     """
 
     model_type: str
@@ -317,6 +317,19 @@ def _type_name(value: Any) -> str:
     return next((name for kind, name in kinds if isinstance(value, kind)), type(value).__name__)
 
 
+def _boolean(key: str) -> Callable[[Mapping[str, Any]], bool]:
+    """The reader of boolean field ``key`` (the config class's default in the merged config); :class:`_Wrong`
+    for anything else (a string "true" is no boolean: JSON has its own)."""
+
+    def read(config: Mapping[str, Any]) -> bool:
+        value = config.get(key)
+        if not isinstance(value, bool):
+            raise _Wrong(key, "a boolean", value)
+        return value
+
+    return read
+
+
 def _kv_heads(config: Mapping[str, Any]) -> Any:
     # LlamaConfig's num_key_value_heads None means one key/value head per query head.
     heads = config.get("num_key_value_heads")
@@ -331,13 +344,17 @@ def _decoder(model_type: str, defaults: Mapping[str, Any], *extra: str) -> Pretr
     params |= {n: n for n in ("rms_norm_eps", "attention_dropout", *extra)}
     if model_type == "llama":
         params["rope_scaling"] = _rope_scaling
+        # zoo:llama has the parameter (its spec ties the head when it is true); zoo:mistral is tied below.
+        params["tie_word_embeddings"] = _boolean("tie_word_embeddings")
     requires: tuple[Requirement, ...] = (Requirement("hidden_act", ("silu",), why="the SwiGLU MLP's SiLU"),)
     if model_type == "llama":
         requires += (Requirement("pretraining_tp", (1,), why="one slice per projection"),)
     else:
         requires += (Requirement("rope_scaling", (None,), why="zoo:mistral has no frequency scaling"),)
-    # tie_word_embeddings (Llama 3.2 1B/3B): the head is the token embedding, the files hold it once.
-    tie = HeadTie("tie_word_embeddings", "lm_head", {"weight": "embed_tokens.weight"})
+    # tie_word_embeddings: the head is the token embedding, the files hold it once.
+    tie = (
+        None if model_type == "llama" else HeadTie("tie_word_embeddings", "lm_head", {"weight": "embed_tokens.weight"})
+    )
     architecture = f"{model_type.capitalize()}ForCausalLM"
     return Pretrained(model_type, model_type, params, defaults, requires, architecture=architecture, tie=tie)
 
