@@ -130,7 +130,7 @@ def test_regression_a_tie_when_given_a_non_bool_value_is_e_param_with_file_and_l
     assert (problem.code, problem.node) == ("E_PARAM", "blocks.1.b")
     assert problem.location is not None
     assert problem.location.startswith("<string>:16:")
-    assert "must be true, false or a bool graph parameter" in problem.message
+    assert "must be true, false or a condition" in problem.message
     assert "got 2" in problem.message
     # and an override of the top-level parameter that is no bool is refused before any node is bound
     with pytest.raises(hndl.HndlError) as info:

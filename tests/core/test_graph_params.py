@@ -224,7 +224,7 @@ def test_an_empty_params_list_is_e_param() -> None:
 def test_when_must_be_a_bool() -> None:
     (p,) = problems(spec("a: {op: graph, graph: block, in: x, params: {down: 3}}", "a"))
     assert (p.code, p.node) == ("E_PARAM", "a.proj")
-    assert p.message.startswith("'when' must be true, false or a bool graph parameter")
+    assert p.message.startswith("'when' must be true, false or a condition")
 
 
 def test_a_node_left_out_needs_exactly_one_input() -> None:

@@ -26,7 +26,7 @@ def is_present(
     if not isinstance(node.when, bool):
         problems.add(
             "E_PARAM",
-            f"'when' must be true, false or a bool graph parameter ('$name'), got {excerpt(node.when)}",
+            f"'when' must be true, false or a condition ('$name', '$not name', '$depth > 2'), got {excerpt(node.when)}",
             node=qual,
             op=node.op,
             location=node.where("when"),
@@ -113,7 +113,7 @@ def node_ties(problems: ProblemList, g: Graph, node: Node, qual: str, prefix: st
         source = f" (from {excerpt(written)})" if written != when and isinstance(written, str) else ""
         problems.add(
             "E_PARAM",
-            f"the tie's 'when' must be true, false or a bool graph parameter ('$name'), got {excerpt(when)}" + source,
+            f"the tie's 'when' must be true, false or a condition ('$name', '$not name', '$depth > 2'), got {excerpt(when)}" + source,
             node=qual,
             op=node.op,
             location=node.where("tie"),

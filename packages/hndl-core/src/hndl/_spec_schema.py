@@ -102,14 +102,14 @@ def spec_schema(ops: Iterable[OpDef] | None = None) -> dict[str, Any]:
         "in": {"description": "the value(s) the node consumes", **refs},
         "tie": {
             "description": "parameters shared with another node: {own parameter: 'node.parameter'}, and whether "
-            "the tie applies: when: true, false, or '$name' of a bool graph parameter",
+            "the tie applies: when: true, false, or a '$' condition over graph parameters",
             "type": "object",
             "propertyNames": {"type": "string"},
             "properties": {"when": {"anyOf": [{"type": "boolean"}, {"$ref": "#/$defs/param_ref"}]}},
             "additionalProperties": {"type": "string"},
         },
         "when": {
-            "description": "whether the node exists: true, false, or '$name' of a bool graph parameter",
+            "description": "whether the node exists: true, false, or a '$' condition over graph parameters",
             "anyOf": [{"type": "boolean"}, {"$ref": "#/$defs/param_ref"}],
         },
         "otherwise": {
