@@ -34,6 +34,7 @@ from ._param_types import ParamType as ParamType
 from ._plan import Plan as Plan
 from ._plan import Step as Step
 from ._registry import REQUIRED as REQUIRED
+from ._registry import ImportRow as ImportRow
 from ._registry import InferError as InferError
 from ._registry import OpDef as OpDef
 from ._registry import Param as Param
@@ -68,6 +69,7 @@ __all__ = [
     "Graph",
     "GraphModule",
     "Handle",
+    "ImportRow",
     "HndlError",
     "HndlWarning",
     "InferError",

@@ -18,8 +18,12 @@ Built-in ops and user ops are registered the same way, with :func:`op`::
         from mylib import Scale
         return Scale(p.factor)
 
-Plugins register ops from an entry point in the ``hndl.ops`` group; the registry loads them the first time
-it is asked for an op it does not know, or for the list of all ops.
+An op that one traced ATen operation computes names it (``imports=("aten.erfinv.default",)``, or with the
+importer's row kind that reads the call's arguments: :class:`ImportRow`), and ``hndl.from_module`` imports that
+operation as the op.
+
+Plugins register ops from an entry point in the ``hndl.ops`` group; the registry loads them the first time it is
+asked for an op it does not know, or for the list of all ops.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Any
 from ._contracts import ShapePattern, TensorType, parse_dtype_rule
 from ._errors import HndlError, Problem
 from ._op_facts import SAVES, InnerRule, MacsRule
+from ._op_imports import ImportRow, imports_of, layer_class
 from ._op_schema import REQUIRED as REQUIRED
 from ._op_schema import InferError as InferError
 from ._op_schema import Param as Param
@@ -48,12 +53,14 @@ __all__ = [
     "RETURNS",
     "SAVES",
     "FactTable",
+    "ImportRow",
     "InferError",
     "OpDef",
     "Param",
     "Params",
     "Port",
     "op",
+    "layer_of",
     "registry",
 ]
 
@@ -124,6 +131,11 @@ class OpDef:
             ``FlopCounterMode`` counts (FLOPs = 2 x MACs), ``None`` when a shape it needs is unknown. Without
             it an op counts 0 (element-wise ops, norms, pooling); :mod:`hndl._op_facts` holds the built-in
             ops' shared rules.
+        imports: the traced ATen operations ``hndl.from_module`` imports as a node of this op, each with the
+            importer's row that reads the call (:class:`ImportRow`; ``op`` takes a plain list of names for the
+            default row, the op on the call's ``self``): ``("aten.hardswish.default", "aten.hardswish_.default")``.
+            The importer's table (``hndl.importer.FUNCTIONS``) is read from these; an operation two ops declare
+            is refused at registration.
     """
 
     name: str
@@ -149,11 +161,14 @@ class OpDef:
     passes_gradient: bool = False
     inner_memory: InnerRule | None = None
     macs: MacsRule | None = None
+    imports: Mapping[str, ImportRow] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # The docs' "Builds" line is the layer's path unless the op words it itself: one place names the class.
         if not self.module and self.layer_paths:
             object.__setattr__(self, "module", _layer_text(self.layer_paths))
+        # One form, a mapping, also for an OpDef made directly with a plain list of ATen names (each the default row).
+        object.__setattr__(self, "imports", imports_of(self.imports, self.name))
 
     @property
     def layer_paths(self) -> tuple[str, ...]:
@@ -234,6 +249,9 @@ class Registry:
         self._plugins_loaded = False
         self._loading_plugins = False  # set while this registry's lock holder runs plugin code
         self.plugin_errors: list[str] = []
+        #: Counts registrations and removals, so a table derived from the ops (the importer's) knows when to
+        #: read them again.
+        self.version = 0
 
     def register(self, opdef: OpDef, *, replace: bool = False) -> OpDef:
         """Add ``opdef``. Registering a name twice is an error unless ``replace`` is true."""
@@ -241,12 +259,23 @@ class Registry:
         with self._lock:
             if opdef.name in self._ops and not replace and self._ops[opdef.name] is not opdef:
                 raise ValueError(f"op {opdef.name!r} is already registered; pass replace=True to override it")
+            self._check_imports(opdef)
             self._ops[opdef.name] = opdef
+            self.version += 1
         return opdef
 
     def unregister(self, name: str) -> None:
         with self._lock:
             self._ops.pop(name, None)
+            self.version += 1
+
+    def _check_imports(self, opdef: OpDef) -> None:
+        """Refuse an ATen operation another op already imports: the importer would have to pick one."""
+        for other in self._ops.values():
+            if other.name != opdef.name and (taken := set(other.imports) & set(opdef.imports)):
+                raise ValueError(
+                    f"op {opdef.name!r} imports {', '.join(sorted(taken))}, which op {other.name!r} already imports"
+                )
 
     def find(self, name: str) -> OpDef | None:
         opdef = self._ops.get(name)
@@ -323,6 +352,7 @@ class Registry:
             opdefs = _opdefs(loaded)
             for item in opdefs:  # all of a plugin's ops are valid before any is registered
                 _validate_opdef(item)
+                self._check_imports(item)
         except Exception as exc:  # a plugin's bug must not break every other model
             message = f"hndl: plugin {ep.name!r} ({ep.value}) failed to load: {exc!r}"
             self.plugin_errors.append(message)
@@ -501,6 +531,17 @@ def _validate_opdef(opdef: OpDef) -> None:
 registry = Registry()
 
 
+def layer_of(name: str) -> Any:
+    """The class op ``name`` declares as its :attr:`~OpDef.layer` (one dotted path), imported on first use: what
+    a builder that only instantiates its layer calls, so the class is named once, in the declaration
+    (``return layer_of("lstm")(p.input_size, ...)``)."""
+    opdef = registry.find(name)
+    paths = opdef.layer_paths if opdef is not None else ()
+    if len(paths) != 1:
+        raise ValueError(f"op {name!r} declares {len(paths)} layer classes; layer_of needs exactly one")
+    return layer_class(paths[0])
+
+
 class FactTable(Mapping[str, Any]):
     """Op name -> one fact of the registered ops that declare it, read from their :class:`OpDef` on every lookup
     (so a plugin's ops are in it once loaded): what ``hndl._autograd_facts.SAVES`` and ``hndl._costs.MACS`` are. A view,
@@ -550,6 +591,7 @@ def op(
     passes_gradient: bool = False,
     inner_memory: InnerRule | None = None,
     macs: MacsRule | None = None,
+    imports: Sequence[str] | Mapping[str, ImportRow | str] | None = None,
 ) -> Callable[[BuildFn], BuildFn]:
     """Register the decorated builder as op ``name``. See :class:`OpDef` for the arguments.
 
@@ -582,6 +624,7 @@ def op(
                 passes_gradient=passes_gradient,
                 inner_memory=inner_memory,
                 macs=macs,
+                imports=imports_of(imports, name),
             ),
             replace=replace,
         )

@@ -25,7 +25,7 @@ from typing import Any
 from .._errors import HndlError, Problem
 from ..naming import excerpt
 from ._imported import Fallback, ImportedGraph, ModeWarning
-from ._table import FUNCTIONS, MODULES, PENDING
+from ._table import FUNCTIONS, MODULES, PENDING, ROW_KINDS
 
 __all__ = [
     "FUNCTIONS",
@@ -33,6 +33,7 @@ __all__ = [
     "MIN_TORCH",
     "MODULES",
     "PENDING",
+    "ROW_KINDS",
     "Fallback",
     "ImportedGraph",
     "ModeWarning",

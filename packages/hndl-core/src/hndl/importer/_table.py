@@ -7,13 +7,34 @@
 layers whose traced operations do not say all they do: a ``BatchNorm2d`` traced in eval mode shows only its
 eval-mode arithmetic, not that it updates running statistics in training mode.
 
-A new hndl op is a new row (``"aten.hardswish.default": unary("hardswish")``). ``PENDING`` lists the operations
-common models use that no row takes yet, with what would take them, so an import that meets one says what it
-waits on.
+A traced operation that is one hndl op is declared on that op (:attr:`hndl.OpDef.imports`:
+``imports=("aten.hardswish.default", "aten.hardswish_.default")``, or with the row kind that reads the call's
+arguments, a name in :data:`ROW_KINDS`), so ``FUNCTIONS`` is a view of the registry (a plugin op's declarations
+included) over :data:`_IMPORTER_ROWS`, the rows that are the importer's own logic and stay here:
+
+- ``mul``/``mul_``: ``scale`` for a floating tensor times a number that keeps its dtype, else ``mul``;
+- ``hardtanh``/``hardtanh_``: ``relu6`` at 0 and 6 (how torch.export writes ``nn.ReLU6``), ``clamp`` where the
+  bounds are not ordered, else ``hardtanh``;
+- ``scaled_dot_product_attention``: ``sdpa``, with a ``reshape`` of a rank-2 mask to rank 4;
+- ``diff``: a ``concat`` of the prepended and appended tensors, then ``diff``;
+- ``zeros``/``ones``/``full``: ``new_zeros``, ``new_ones`` or ``new_full`` on the tensor a size comes from;
+- aliasing, where the result may be the input itself (no node): ``view``, ``reshape``, ``_unsafe_view``,
+  ``unsqueeze``, ``squeeze``, ``unflatten`` (``reshape``), ``t`` (``transpose``), ``cat``/``concat`` (of one
+  tensor), ``slice`` (of everything; to a traced size, an ``arange`` and ``index``), ``dropout`` (``p=0``),
+  ``to``/``_to_copy`` (``cast``), and ``contiguous``, ``clone``, ``alias``, ``detach``, ``lift_fresh_copy``
+  (always the value itself).
+
+An importer row stands over an op's declaration of the same operation. ``PENDING`` lists the operations common
+models use that no row takes yet, with what would take them, so an import that meets one says what it waits on.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any
+
+from .._errors import HndlError, Problem
+from .._registry import ImportRow, registry
 from ._layer_rows import MODULES as MODULES
 from ._layer_rows import Call as Call
 from ._layer_rows import module_row as module_row
@@ -90,6 +111,7 @@ __all__ = [
     "FUNCTIONS",
     "MODULES",
     "PENDING",
+    "ROW_KINDS",
     "Alias",
     "Call",
     "Emit",
@@ -100,137 +122,88 @@ __all__ = [
     "unary",
 ]
 
+RowKind = Callable[..., Row]
 
-FUNCTIONS: dict[str, Row] = {
-    # activations
-    "aten.relu.default": unary("relu"),
-    "aten.relu_.default": unary("relu"),
-    "aten.sigmoid.default": unary("sigmoid"),
-    "aten.sigmoid_.default": unary("sigmoid"),
-    "aten.tanh.default": unary("tanh"),
-    "aten.tanh_.default": unary("tanh"),
-    "aten.silu.default": unary("silu"),
-    "aten.silu_.default": unary("silu"),
-    "aten.gelu.default": _gelu,
-    "aten.gelu_.default": _gelu,
-    "aten.softmax.int": _softmax("softmax"),
-    "aten._softmax.default": _softmax("softmax"),
-    "aten.log_softmax.int": _softmax("log_softmax"),
-    "aten._log_softmax.default": _softmax("log_softmax"),
-    "aten.hardtanh.default": _hardtanh,
-    "aten.hardtanh_.default": _hardtanh,
-    "aten.relu6.default": unary("relu6"),
-    "aten.relu6_.default": unary("relu6"),
-    "aten.hardswish.default": unary("hardswish"),
-    "aten.hardswish_.default": unary("hardswish"),
-    "aten.hardsigmoid.default": unary("hardsigmoid"),
-    "aten.hardsigmoid_.default": unary("hardsigmoid"),
-    "aten.mish.default": unary("mish"),
-    "aten.mish_.default": unary("mish"),
-    "aten.selu.default": unary("selu"),
-    "aten.selu_.default": unary("selu"),
-    "aten.leaky_relu.default": activation("leaky_relu", negative_slope="negative_slope"),
-    "aten.leaky_relu_.default": activation("leaky_relu", negative_slope="negative_slope"),
-    "aten.elu.default": _elu,
-    "aten.elu_.default": _elu,
-    "aten.celu.default": activation("celu", alpha="alpha"),
-    "aten.celu_.default": activation("celu", alpha="alpha"),
-    "aten.softplus.default": activation("softplus", beta="beta", threshold="threshold"),
-    "aten.glu.default": _glu,
-    "aten.log_sigmoid.default": unary("logsigmoid"),
-    # element-wise math (each ``aten.<name>.default`` and its in-place ``<name>_`` is hndl's op of the name)
-    **{
-        f"aten.{name}{inplace}.default": unary(name)
-        for name in (
-            "neg",
-            "abs",
-            "sign",
-            "floor",
-            "ceil",
-            "exp",
-            "log",
-            "log1p",
-            "sqrt",
-            "rsqrt",
-            "reciprocal",
-            "sin",
-            "cos",
-            "erf",
-        )
-        for inplace in ("", "_")
-    },
-    "aten.round.default": unary("round"),
-    "aten.logical_not.default": unary("logical_not"),
-    "aten.clamp.default": _clamp("min", "max"),
-    "aten.clamp_.default": _clamp("min", "max"),
-    "aten.clamp_min.default": _clamp("min"),
-    "aten.clamp_max.default": _clamp("max"),
-    # arithmetic (a number operand is the op's ``b`` parameter, or ``a`` on the left)
-    "aten.add.Tensor": _binary("add"),
-    "aten.add_.Tensor": _binary("add"),
-    "aten.sub.Tensor": _binary("sub"),
-    "aten.sub_.Tensor": _binary("sub"),
-    "aten.rsub.Scalar": _rsub,
-    "aten.rsub.Tensor": _rsub,
+
+def _only(op: str, make: Callable[..., Row]) -> RowKind:
+    """A row kind that reads arguments only ``op`` has (``layer_norm``'s ``normalized_shape``): made for that op
+    alone, with the declaration's options."""
+
+    def kind(declaring: str, **options: Any) -> Row:
+        if declaring != op:
+            raise ValueError(f"the row makes {op} nodes, not {declaring} nodes")
+        return make(**options)
+
+    return kind
+
+
+def _fixed(op: str, row: Row) -> RowKind:
+    """The row kind of ``row``, which makes ``op`` nodes and takes no options."""
+    return _only(op, lambda: row)
+
+
+#: Row kind (:attr:`hndl.ImportRow.kind`) -> ``make(op, **options) -> row``: how the importer reads a call of an
+#: operation an op declares. The first group makes a node of any declaring op; the second reads arguments only
+#: one op has.
+ROW_KINDS: dict[str, RowKind] = {
+    "unary": unary,
+    "activation": activation,
+    "softmax": _softmax,
+    "binary": _binary,
+    "logical": _logical,
+    "triangle": _triangle,
+    "conv": _conv,
+    "pool": _pool,
+    "adaptive": _adaptive,
+    "accumulating": _accumulating,
+    "arg": _arg,
+    "like": _like,
+    "new": _new,
+    "gelu": _fixed("gelu", _gelu),
+    "elu": _fixed("elu", _elu),
+    "glu": _fixed("glu", _glu),
+    "clamp": _only("clamp", lambda bounds: _clamp(*bounds)),
+    "rsub": _fixed("sub", _rsub),
+    "power": _fixed("pow", _power),
+    "where": _fixed("where", _where),
+    "roll": _fixed("roll", _roll),
+    "linear": _fixed("linear", _linear),
+    "addmm": _fixed("linear_in_out", _addmm),
+    "layer_norm": _fixed("layernorm", _layer_norm),
+    "group_norm": _fixed("groupnorm", _group_norm),
+    "embedding": _fixed("embedding", _embedding),
+    "upsample": _only("upsample", _upsample),
+    "pad": _fixed("pad", _pad),
+    "flatten": _fixed("flatten", _flatten),
+    "permute": _fixed("permute", _permute),
+    "transpose": _fixed("transpose", _transpose),
+    "swapaxes": _fixed("transpose", _swapaxes),
+    "expand": _fixed("expand", _expand),
+    "chunk": _fixed("chunk", _chunk),
+    "split": _fixed("split", _split),
+    "select": _fixed("select", _select),
+    "mean": _fixed("mean", _mean),
+    "type_as": _fixed("type_as", _type_as),
+    "norm": _fixed("norm", _norm),
+    "gather": _fixed("gather", _gather),
+    "index": _fixed("index", _index),
+    "unbind": _fixed("unbind", _unbind),
+    "einsum": _fixed("einsum", _einsum),
+    "arange": _fixed("arange", _arange),
+}
+
+#: The rows that are the importer's own logic, not one op's (the module docstring says why each stays here).
+_IMPORTER_ROWS: dict[str, Row] = {
     "aten.mul.Tensor": _binary("mul", _times_constant),
     "aten.mul_.Tensor": _binary("mul", _times_constant),
-    "aten.div.Tensor": _binary("div"),
-    "aten.div_.Tensor": _binary("div"),
-    "aten.pow.Tensor_Scalar": _power,
-    "aten.pow.Tensor_Tensor": _power,
-    "aten.pow.Scalar": _power,
-    "aten.minimum.default": _binary("minimum", numbers=False),
-    "aten.maximum.default": _binary("maximum", numbers=False),
-    "aten.min.other": _binary("minimum", numbers=False),  # torch.min(a, b): T5's relative position buckets
-    "aten.max.other": _binary("maximum", numbers=False),
-    "aten.matmul.default": lambda site: Emit("matmul", [site.tensor("self"), site.tensor("other")]),
-    # comparisons and logic
-    **{
-        f"aten.{name}.{kind}": _binary(name)
-        for name in ("eq", "ne", "lt", "le", "gt", "ge")
-        for kind in ("Tensor", "Scalar")
-    },
-    **{f"aten.logical_{name}.default": _binary(f"logical_{name}", numbers=False) for name in ("and", "or", "xor")},
-    **{
-        f"aten.{name}.Tensor": _logical(f"logical_{op}")
-        for op in ("and", "or", "xor")
-        for name in (f"__{op}__", f"bitwise_{op}")
-    },
-    "aten.bitwise_not.default": _logical("logical_not"),
-    "aten.where.self": _where,
-    "aten.where.ScalarSelf": _where,
-    "aten.where.ScalarOther": _where,
-    "aten.where.Scalar": _where,
-    "aten.tril.default": _triangle("tril"),
-    "aten.triu.default": _triangle("triu"),
-    "aten.roll.default": _roll,
-    # attention
+    "aten.hardtanh.default": _hardtanh,
+    "aten.hardtanh_.default": _hardtanh,
     "aten.scaled_dot_product_attention.default": _sdpa,
-    "aten.addmm.default": _addmm,
-    # layers with weights (their parameters become the node's)
-    "aten.linear.default": _linear,
-    "aten.conv1d.default": _conv("conv1d", 1),
-    "aten.conv2d.default": _conv("conv2d", 2),
-    "aten.conv_transpose1d.default": _conv("conv_transpose1d", 1, transposed=True),
-    "aten.conv_transpose2d.input": _conv("conv_transpose2d", 2, transposed=True),
-    "aten.layer_norm.default": _layer_norm,
-    "aten.group_norm.default": _group_norm,
-    "aten.embedding.default": _embedding,
-    # pooling and resampling
-    "aten.max_pool1d.default": _pool("maxpool1d", 1),
-    "aten.max_pool2d.default": _pool("maxpool2d", 2),
-    "aten.avg_pool1d.default": _pool("avgpool1d", 1, average=True),
-    "aten.avg_pool2d.default": _pool("avgpool2d", 2, average=True),
-    "aten.adaptive_avg_pool1d.default": _adaptive("adaptive_avgpool1d", 1),
-    "aten.adaptive_avg_pool2d.default": _adaptive("adaptive_avgpool2d", 2),
-    "aten.upsample_nearest2d.vec": _upsample("nearest", 2),
-    "aten.upsample_bilinear2d.vec": _upsample("bilinear", 2),
-    "aten.pad.default": _pad,
-    "aten.constant_pad_nd.default": _pad,
-    # regularisation: identity in eval mode, hndl's dropout in training mode
-    "aten.dropout.default": _dropout,
-    "aten.dropout_.default": _dropout,
-    # shapes
+    "aten.diff.default": _diff,
+    "aten.zeros.default": _full(0.0),
+    "aten.ones.default": _full(1.0),
+    "aten.full.default": _full(None),
+    # the result may be the input itself
     "aten.view.default": _reshape,
     "aten.reshape.default": _reshape,
     "aten._unsafe_view.default": _reshape,
@@ -239,61 +212,102 @@ FUNCTIONS: dict[str, Row] = {
     "aten.squeeze.dims": _reshape,
     "aten.squeeze.default": _reshape,
     "aten.unflatten.int": _reshape,
-    "aten.flatten.using_ints": _flatten,
-    "aten.permute.default": _permute,
-    "aten.transpose.int": _transpose,
-    "aten.swapaxes.default": _swapaxes,
-    "aten.swapdims.default": _swapaxes,
     "aten.t.default": _t,
-    "aten.expand.default": _expand,
     "aten.cat.default": _cat,
     "aten.concat.default": _cat,
-    "aten.chunk.default": _chunk,
-    "aten.split.Tensor": _split,
-    "aten.split_with_sizes.default": _split,
-    "aten.select.int": _select,
     "aten.slice.Tensor": _slice,
-    "aten.mean.dim": _mean,
-    "aten.mean.default": _mean,
-    # the same values: copies, layout changes, conversions to what the value already is
+    "aten.dropout.default": _dropout,
+    "aten.dropout_.default": _dropout,
+    "aten.to.dtype": _to,
+    "aten.to.dtype_layout": _to,
+    "aten.to.device": _to,
+    "aten._to_copy.default": _to,
+    # always the value itself: copies, layout changes
     "aten.contiguous.default": _alias,
     "aten.clone.default": _alias,
     "aten.alias.default": _alias,
     "aten.detach.default": _alias,
     "aten.lift_fresh_copy.default": _alias,
-    # conversions: the value itself at its own dtype, else ``cast``
-    "aten.to.dtype": _to,
-    "aten.to.dtype_layout": _to,
-    "aten.to.device": _to,
-    "aten._to_copy.default": _to,
-    "aten.type_as.default": _type_as,
-    # reductions and scans (issue 37)
-    "aten.sum.dim_IntList": _accumulating("sum"),
-    "aten.sum.default": _accumulating("sum"),
-    "aten.cumsum.default": _accumulating("cumsum"),
-    "aten.linalg_vector_norm.default": _norm,
-    "aten.argmax.default": _arg("argmax"),
-    "aten.argmin.default": _arg("argmin"),
-    "aten.diff.default": _diff,
-    # picking by integer tensors, taking apart, contracting
-    "aten.gather.default": _gather,
-    "aten.index.Tensor": _index,
-    "aten.unbind.int": _unbind,
-    "aten.einsum.default": _einsum,
-    # tensors made at the call's sizes (a fixed size folds at import instead)
-    "aten.arange.default": _arange,
-    "aten.arange.start": _arange,
-    "aten.arange.start_step": _arange,
-    "aten.zeros_like.default": _like("zeros_like"),
-    "aten.ones_like.default": _like("ones_like"),
-    "aten.full_like.default": _like("full_like"),
-    "aten.new_zeros.default": _new("new_zeros"),
-    "aten.new_ones.default": _new("new_ones"),
-    "aten.new_full.default": _new("new_full", "fill_value"),
-    "aten.zeros.default": _full(0.0),
-    "aten.ones.default": _full(1.0),
-    "aten.full.default": _full(None),
 }
+
+
+class _Functions(MutableMapping[str, Row]):
+    """Traced ATen operation -> row: :data:`_IMPORTER_ROWS` over the rows the registered ops declare. The
+    declarations are read again whenever the registry changes (so a plugin op's are in it once loaded); each
+    declared row is made the first time it is looked up, so a bad declaration fails the import that meets it.
+
+    An entry set here stands over the declared row (a test's stand-in); setting the declared row back, or
+    deleting the entry, removes it.
+    """
+
+    def __init__(self, own: dict[str, Row]) -> None:
+        self._own = own
+        self._declared: dict[str, tuple[str, ImportRow]] = {}
+        self._made: dict[str, Row] = {}
+        self._seen = -1
+
+    def _declarations(self) -> dict[str, tuple[str, ImportRow]]:
+        # Iterating the registry loads the plugins first; each load registers, which moves the version on.
+        if self._seen != registry.version or not registry._plugins_loaded:
+            ops = list(registry)
+            self._seen = registry.version
+            self._declared = {target: (o.name, row) for o in ops for target, row in o.imports.items()}
+            self._made = {}
+        return self._declared
+
+    def _declared_row(self, target: str) -> Row:
+        op, declared = self._declarations()[target]
+        if target not in self._made:
+            self._made[target] = _make_row(op, target, declared)
+        return self._made[target]
+
+    def __getitem__(self, target: str) -> Row:
+        if target in self._own:
+            return self._own[target]
+        return self._declared_row(target)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**self._declarations(), **self._own})
+
+    def __len__(self) -> int:
+        return len(self._declarations().keys() | self._own.keys())
+
+    def __setitem__(self, target: str, row: Row) -> None:
+        if target in self._declarations() and self._declared_row(target) is row:
+            self._own.pop(target, None)
+        else:
+            self._own[target] = row
+
+    def __delitem__(self, target: str) -> None:
+        del self._own[target]
+
+    def __repr__(self) -> str:
+        return f"FUNCTIONS({len(self)} rows)"
+
+
+def _make_row(op: str, target: str, declared: ImportRow) -> Row:
+    """The row op ``op`` declares for ``target`` (:attr:`hndl.OpDef.imports`), made by its kind.
+
+    Raises:
+        HndlError: ``E_OP`` for a kind the importer does not have, or options the kind does not take.
+    """
+    make = ROW_KINDS.get(declared.kind)
+    try:
+        if make is None:
+            raise ValueError(f"the importer has no row kind {declared.kind!r} (it has {', '.join(ROW_KINDS)})")
+        return make(op, **declared.options)
+    except (TypeError, ValueError) as exc:
+        raise HndlError(
+            Problem(
+                "E_OP",
+                f"op {op!r} declares the import of {target} with the row {declared.kind!r}: {exc}",
+                hint="declare a kind of hndl.importer.ROW_KINDS with the options it takes",
+            )
+        ) from None
+
+
+#: Traced ATen operation -> row: the importer's own rows and those the registered ops declare.
+FUNCTIONS: MutableMapping[str, Row] = _Functions(_IMPORTER_ROWS)
 
 #: Traced operations common models use that no row takes yet -> what would take them. Each hndl op of issues 21
 #: and 22 that these models need has its row above; what is left has no hndl op, or an op whose meaning differs.

@@ -18,7 +18,7 @@ from typing import Any
 
 from .._contracts import TensorType, format_shape
 from .._dims import dim_floordiv, format_dim
-from .._registry import InferError, Param, Params, Port, op
+from .._registry import ImportRow, InferError, Param, Params, Port, layer_of, op
 from ._common import open_at, open_index, provably_different
 
 InferFn = Callable[[Params, Sequence[TensorType]], list[TensorType]]
@@ -46,6 +46,7 @@ class Activation:
         variants: parameter values that build an hndl layer (taking no arguments) instead of torch's class,
             ``{(parameter, value): "hndl.torch.layers.Class"}``: ``gelu``'s ``approximate: tanh_formula`` is
             transformers' formula written out, which torch's class does not compute bit for bit.
+        imports: the traced ATen operations that import as this op (:attr:`hndl.OpDef.imports`).
     """
 
     name: str
@@ -59,6 +60,7 @@ class Activation:
     aliases: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     saves: str = "inputs"
     variants: Mapping[tuple[str, Any], str] = field(default_factory=dict)
+    imports: Sequence[str] | Mapping[str, ImportRow | str] = ()
 
     @property
     def layers(self) -> tuple[str, ...]:
@@ -146,22 +148,43 @@ def _prelu_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 _DIM = Param("dim", "int", default=-1, doc="the dim to normalise over (negative counts from the end)")
 
 ACTIVATIONS: tuple[Activation, ...] = (
-    Activation("relu", "ReLU", "Rectified linear unit, ``max(x, 0)``, elementwise.", saves="output"),
-    Activation("relu6", "ReLU6", "``min(max(x, 0), 6)``, elementwise (MobileNetV2)."),
+    Activation(
+        "relu",
+        "ReLU",
+        "Rectified linear unit, ``max(x, 0)``, elementwise.",
+        saves="output",
+        imports=("aten.relu.default", "aten.relu_.default"),
+    ),
+    Activation(
+        "relu6",
+        "ReLU6",
+        "``min(max(x, 0), 6)``, elementwise (MobileNetV2).",
+        imports=("aten.relu6.default", "aten.relu6_.default"),
+    ),
     Activation(
         "leaky_relu",
         "LeakyReLU",
         "``x`` where positive, ``negative_slope * x`` elsewhere.",
         (Param("negative_slope", "float", default=0.01, doc="the slope for negative inputs"),),
         {"negative_slope": 0.2},
+        imports={
+            "aten.leaky_relu.default": ImportRow("activation", {"negative_slope": "negative_slope"}),
+            "aten.leaky_relu_.default": ImportRow("activation", {"negative_slope": "negative_slope"}),
+        },
     ),
     Activation(
         "elu",
         "ELU",
         "Exponential linear unit: ``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere.",
         (Param("alpha", "float", default=1.0, doc="the value approached for large negative inputs"),),
+        imports={"aten.elu.default": "elu", "aten.elu_.default": "elu"},
     ),
-    Activation("selu", "SELU", "Scaled ELU with the self-normalising constants (alpha 1.6733, scale 1.0507)."),
+    Activation(
+        "selu",
+        "SELU",
+        "Scaled ELU with the self-normalising constants (alpha 1.6733, scale 1.0507).",
+        imports=("aten.selu.default", "aten.selu_.default"),
+    ),
     Activation(
         "celu",
         "CELU",
@@ -170,6 +193,10 @@ ACTIVATIONS: tuple[Activation, ...] = (
         infer=_celu_infer,
         inference="alpha must not be 0",
         error_example={"params": {"alpha": 0.0}, "inputs": [["B", 8]]},
+        imports={
+            "aten.celu.default": ImportRow("activation", {"alpha": "alpha"}),
+            "aten.celu_.default": ImportRow("activation", {"alpha": "alpha"}),
+        },
     ),
     Activation(
         "gelu",
@@ -197,19 +224,32 @@ ACTIVATIONS: tuple[Activation, ...] = (
             "GELUActivation": {},
         },
         variants={("approximate", "tanh_formula"): "hndl.torch.layers.GELUTanhFormula"},
+        imports={"aten.gelu.default": "gelu", "aten.gelu_.default": "gelu"},
     ),
     Activation(
         "silu",
         "SiLU",
         "Sigmoid linear unit (swish), ``x * sigmoid(x)``, elementwise.",
         aliases={"swish": {}, "SiLUActivation": {}},
+        imports=("aten.silu.default", "aten.silu_.default"),
     ),
-    Activation("mish", "Mish", "``x * tanh(softplus(x))``, elementwise."),
-    Activation("hardswish", "Hardswish", "``x * relu6(x + 3) / 6``, elementwise (MobileNetV3)."),
+    Activation(
+        "mish",
+        "Mish",
+        "``x * tanh(softplus(x))``, elementwise.",
+        imports=("aten.mish.default", "aten.mish_.default"),
+    ),
+    Activation(
+        "hardswish",
+        "Hardswish",
+        "``x * relu6(x + 3) / 6``, elementwise (MobileNetV3).",
+        imports=("aten.hardswish.default", "aten.hardswish_.default"),
+    ),
     Activation(
         "hardsigmoid",
         "Hardsigmoid",
         "``relu6(x + 3) / 6``, a piecewise-linear sigmoid (MobileNetV3's squeeze-and-excitation gate).",
+        imports=("aten.hardsigmoid.default", "aten.hardsigmoid_.default"),
     ),
     Activation(
         "hardtanh",
@@ -232,11 +272,26 @@ ACTIVATIONS: tuple[Activation, ...] = (
             Param("beta", "float", default=1.0, doc="the sharpness"),
             Param("threshold", "float", default=20.0, doc="above beta * x > threshold, the input is returned"),
         ),
+        imports={"aten.softplus.default": ImportRow("activation", {"beta": "beta", "threshold": "threshold"})},
     ),
     Activation("softsign", "Softsign", "``x / (1 + |x|)``, elementwise."),
-    Activation("tanh", "Tanh", "Hyperbolic tangent, elementwise.", saves="output"),
-    Activation("sigmoid", "Sigmoid", "Logistic sigmoid, ``1 / (1 + exp(-x))``, elementwise.", saves="output"),
-    Activation("logsigmoid", "LogSigmoid", "``log(sigmoid(x))``, computed stably."),
+    Activation(
+        "tanh",
+        "Tanh",
+        "Hyperbolic tangent, elementwise.",
+        saves="output",
+        imports=("aten.tanh.default", "aten.tanh_.default"),
+    ),
+    Activation(
+        "sigmoid",
+        "Sigmoid",
+        "Logistic sigmoid, ``1 / (1 + exp(-x))``, elementwise.",
+        saves="output",
+        imports=("aten.sigmoid.default", "aten.sigmoid_.default"),
+    ),
+    Activation(
+        "logsigmoid", "LogSigmoid", "``log(sigmoid(x))``, computed stably.", imports=("aten.log_sigmoid.default",)
+    ),
     Activation(
         "prelu",
         "PReLU",
@@ -259,6 +314,7 @@ ACTIVATIONS: tuple[Activation, ...] = (
         infer=_glu_infer,
         inference="dim within the input's rank, its size even; the output has half of it",
         error_example={"inputs": [["B", 7]]},
+        imports={"aten.glu.default": "glu"},
     ),
     Activation(
         "softmax",
@@ -270,6 +326,7 @@ ACTIVATIONS: tuple[Activation, ...] = (
         inference="dim must be within the input's rank",
         saves="output",
         error_example={"params": {"dim": 2}, "inputs": [["B", 8]]},
+        imports={"aten.softmax.int": "softmax", "aten._softmax.default": "softmax"},
     ),
     Activation(
         "log_softmax",
@@ -281,6 +338,7 @@ ACTIVATIONS: tuple[Activation, ...] = (
         inference="dim must be within the input's rank",
         saves="output",
         error_example={"params": {"dim": 2}, "inputs": [["B", 8]]},
+        imports={"aten.log_softmax.int": "softmax", "aten._log_softmax.default": "softmax"},
     ),
 )
 
@@ -312,6 +370,7 @@ def _register(row: Activation) -> None:
         returns="new",
         aliases=row.aliases,
         error_example=row.error_example or _INT_INPUT,
+        imports=row.imports,
     )(build)
 
 
@@ -338,9 +397,7 @@ def quick_gelu(p: Params, inputs: Sequence[TensorType]) -> Any:
     Computed as transformers' ``QuickGELUActivation`` computes it, so results equal its bit for bit. It is not
     ``gelu``: the two differ by up to about 0.02.
     """
-    from ..torch.layers import QuickGELU
-
-    return QuickGELU()
+    return layer_of("quick_gelu")()
 
 
 __all__ = ["ACTIVATIONS", "Activation"]

@@ -9,7 +9,7 @@ from typing import Any
 
 from .._contracts import TensorType, dtype_satisfies, format_shape, is_unknown
 from .._dims import Dim, format_dim
-from .._registry import InferError, Param, Params, Port, op
+from .._registry import InferError, Param, Params, Port, layer_of, op
 from ._common import broadcast_shapes, open_at
 
 #: What a mask of each rank means: below rank 4 a mask always starts with the batch, and is read as rank 4 by
@@ -168,6 +168,4 @@ def attention_mask(p: Params, inputs: Sequence[TensorType]) -> Any:
     query row with no key allowed gives (left padding under ``causal``) is SDPA's answer: zeros with torch 2.13
     and 2.14.
     """
-    from ..torch.layers import AttentionMask
-
-    return AttentionMask(causal=p.causal, window=p.window)
+    return layer_of("attention_mask")(causal=p.causal, window=p.window)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._contracts import DTYPES, TensorType
-from .._registry import InferError, Param, Params, Port, op
+from .._registry import InferError, Param, Params, Port, layer_of, op
 from ._common import DEFAULT_FLOAT, DEFAULT_INT, pair, product
 
 
@@ -361,11 +361,9 @@ def buffer(p: Params, inputs: Sequence[TensorType]) -> Any:
     """
     import torch
 
-    from ..torch.layers import FixedTensor
-
     formula = FORMULAS[p.init]
     dtype = p.dtype if p.dtype is not None else formula.default_dtype(p)
-    return FixedTensor(formula.make(tuple(p.shape), p, getattr(torch, dtype)), persistent=p.persistent)
+    return layer_of("buffer")(formula.make(tuple(p.shape), p, getattr(torch, dtype)), persistent=p.persistent)
 
 
 __all__ = ["FORMULAS", "Formula"]

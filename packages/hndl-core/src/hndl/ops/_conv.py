@@ -12,7 +12,7 @@ from typing import Any
 from .._contracts import TensorType
 from .._dims import format_dim
 from .._op_facts import conv_macs, pool_indices_memory
-from .._registry import InferError, Param, Params, Port, op
+from .._registry import ImportRow, InferError, Param, Params, Port, op
 from ._common import check_window_padding, pair, shape_of_rank, window_out
 
 _OUT_EXPR = "({x}+2*padding{s}-dilation{s}*(kernel{s}-1)-1)//stride{s}+1"
@@ -74,6 +74,7 @@ def _conv1d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     example={"op": "conv1d", "out_channels": 32, "kernel_size": 3, "padding": 1},
     input_shape_example=["B", 16, 100],
     returns="new",
+    imports={"aten.conv1d.default": ImportRow("conv", {"dims": 1})},
 )
 def conv1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """1-d convolution over ``[N, C, L]``.
@@ -140,6 +141,7 @@ def _conv2d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     example={"op": "conv2d", "out_channels": 64, "kernel_size": 3, "padding": 1},
     input_shape_example=["B", 3, 32, 32],
     returns="new",
+    imports={"aten.conv2d.default": ImportRow("conv", {"dims": 2})},
 )
 def conv2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """2-d convolution over ``[N, C, H, W]``.
@@ -219,6 +221,7 @@ _POOL_INFERENCE = (
     input_shape_example=["B", 16, 32, 32],
     returns="new",
     aliases={"MaxPooling2D": {}},
+    imports={"aten.max_pool2d.default": ImportRow("pool", {"dims": 2})},
 )
 def maxpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """2-d max pooling over ``[N, C, H, W]``: the maximum of each window."""
@@ -250,6 +253,7 @@ def maxpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     input_shape_example=["B", 16, 32, 32],
     returns="new",
     aliases={"AveragePooling2D": {}},
+    imports={"aten.avg_pool2d.default": ImportRow("pool", {"dims": 2, "average": True})},
 )
 def avgpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """2-d average pooling over ``[N, C, H, W]``: the mean of each window."""
@@ -303,6 +307,7 @@ def _adaptive_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]
     input_shape_example=["B", 512, 7, 7],
     returns="new",
     aliases={"GlobalAveragePooling2D": {"output_size": 1}},
+    imports={"aten.adaptive_avg_pool2d.default": ImportRow("adaptive", {"dims": 2})},
 )
 def adaptive_avgpool2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """2-d average pooling to a fixed output size, whatever the input's height and width."""
@@ -360,6 +365,7 @@ _POOL1D_INFERENCE = (
     input_shape_example=["B", 16, 100],
     returns="new",
     aliases={"MaxPooling1D": {}},
+    imports={"aten.max_pool1d.default": ImportRow("pool", {"dims": 1})},
 )
 def maxpool1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """1-d max pooling over ``[N, C, L]``: the maximum of each window."""
@@ -387,6 +393,7 @@ def maxpool1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     input_shape_example=["B", 16, 100],
     returns="new",
     aliases={"AveragePooling1D": {}},
+    imports={"aten.avg_pool1d.default": ImportRow("pool", {"dims": 1, "average": True})},
 )
 def avgpool1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """1-d average pooling over ``[N, C, L]``: the mean of each window."""
@@ -423,6 +430,7 @@ def _adaptive1d_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorTyp
     input_shape_example=["B", 64, 50],
     returns="new",
     aliases={"GlobalAveragePooling1D": {"output_size": 1}},
+    imports={"aten.adaptive_avg_pool1d.default": ImportRow("adaptive", {"dims": 1})},
 )
 def adaptive_avgpool1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """1-d average pooling to a fixed output length, whatever the input's length."""

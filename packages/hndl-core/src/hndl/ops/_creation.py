@@ -13,7 +13,7 @@ from typing import Any
 
 from .._contracts import TensorType
 from .._dims import Dim, dim_add, dim_floordiv, dim_sub
-from .._registry import InferError, Param, Params, Port, op
+from .._registry import ImportRow, InferError, Param, Params, Port, layer_of, op
 from ._common import concrete_dtype, norm_dim, open_at, open_index, require, torch_dtype
 from ._tensor import _Sizes, resolve_sizes
 
@@ -87,6 +87,7 @@ def _arange_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     input_shape_example=["B", "T"],
     returns="new",
     error_example={"params": {"dim": 1, "start": 8}, "inputs": [["B", 4]]},
+    imports=dict.fromkeys(("aten.arange.default", "aten.arange.start", "aten.arange.start_step"), "arange"),
 )
 def arange(p: Params, inputs: Sequence[TensorType]) -> Any:
     """The values ``start, start + step, ...`` up to (not including) the size of ``x``'s dim ``dim``
@@ -97,9 +98,7 @@ def arange(p: Params, inputs: Sequence[TensorType]) -> Any:
     imported decoder keeps a symbolic ``T``. For a range of a fixed length, use a ``buffer`` with ``init:
     arange``.
     """
-    from ..torch.layers import Arange
-
-    return Arange(p.dim, p.start, p.step, torch_dtype(p.dtype))
+    return layer_of("arange")(p.dim, p.start, p.step, torch_dtype(p.dtype))
 
 
 # --- zeros_like, ones_like, full_like -------------------------------------------------------------------
@@ -120,9 +119,7 @@ def _fill_text(value: float | None) -> str:
 
 def _like_op(name: str, value: float | None) -> None:
     def build(p: Params, inputs: Sequence[TensorType]) -> Any:
-        from ..torch.layers import FullLike
-
-        return FullLike(p.value if value is None else value, torch_dtype(p.dtype))
+        return layer_of(name)(p.value if value is None else value, torch_dtype(p.dtype))
 
     build.__doc__ = (
         f"A tensor of x's shape filled with {_fill_text(value)} (``torch.{name}(x)``), in x's dtype unless "
@@ -147,6 +144,7 @@ def _like_op(name: str, value: float | None) -> None:
             "params": {"value": 0.0, "dtype": "float"} if value is None else {"dtype": "int"},
             "inputs": [["B", 8]],
         },
+        imports={f"aten.{name}.default": "like"},
     )(build)
 
 
@@ -180,11 +178,9 @@ def _new_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 
 def _new_op(name: str, value: float | None) -> None:
     def build(p: Params, inputs: Sequence[TensorType]) -> Any:
-        from ..torch.layers import NewFull
-
         like = inputs[1].shape if len(inputs) > 1 else None
         plan = resolve_sizes(p.shape, inputs[0].shape or (), like)
-        return NewFull(plan, p.value if value is None else value, torch_dtype(p.dtype))
+        return layer_of(name)(plan, p.value if value is None else value, torch_dtype(p.dtype))
 
     build.__doc__ = (
         f"A tensor of ``shape`` filled with {_fill_text(value)} (``x.{name}(shape)``), in x's dtype unless "
@@ -216,6 +212,8 @@ def _new_op(name: str, value: float | None) -> None:
             "params": {"shape": ["B", "S"], **({"value": 2.0} if value is None else {})},
             "inputs": [["B", "T"]],
         },
+        # new_full's row reads the call's fill_value as the op's value
+        imports={f"aten.{name}.default": ImportRow("new", {"value": "fill_value"} if value is None else {})},
     )(build)
 
 

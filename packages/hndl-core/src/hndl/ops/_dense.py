@@ -7,7 +7,7 @@ from typing import Any
 
 from .._contracts import INT_DTYPES, TensorType
 from .._op_facts import linear_macs, mask_memory
-from .._registry import InferError, Param, Params, Port, op
+from .._registry import InferError, Param, Params, Port, layer_of, op
 
 # The affine maps' parameters: linear (weight [out, in]) and linear_in_out (weight [in, out]) alike.
 _LINEAR_PARAMS = [
@@ -29,6 +29,7 @@ _LINEAR_PARAMS = [
     input_shape_example=["B", 784],
     returns="new",
     aliases={"Dense": {}},
+    imports={"aten.linear.default": "linear"},
 )
 def linear(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Affine map of the last dim: ``y = x @ W.T + b``.
@@ -53,6 +54,7 @@ def linear(p: Params, inputs: Sequence[TensorType]) -> Any:
     returns="new",
     aliases={"Conv1D": {}},
     error_example={"params": {"out_features": 192}, "inputs": [[]]},
+    imports={"aten.addmm.default": "addmm"},
 )
 def linear_in_out(p: Params, inputs: Sequence[TensorType]) -> Any:
     """``linear`` with its weight stored ``[in_features, out_features]``: ``y = x @ W + b``.
@@ -62,9 +64,7 @@ def linear_in_out(p: Params, inputs: Sequence[TensorType]) -> Any:
     input flattened to two dims, so its outputs equal ``Conv1D``'s bit for bit and its state dict takes
     ``Conv1D``'s as it is.
     """
-    from ..torch.layers import LinearInOut
-
-    return LinearInOut(p.in_features, p.out_features, bias=p.bias)
+    return layer_of("linear_in_out")(p.in_features, p.out_features, bias=p.bias)
 
 
 def _embedding_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
@@ -112,6 +112,7 @@ def _embedding_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     example={"op": "embedding", "num_embeddings": 50257, "embedding_dim": 768},
     input_shape_example=["B", "T"],
     returns="new",
+    imports={"aten.embedding.default": "embedding"},
 )
 def embedding(p: Params, inputs: Sequence[TensorType]) -> Any:
     """A lookup table: each integer index becomes a learned vector of ``embedding_dim`` floats.
@@ -209,6 +210,4 @@ def drop_path(p: Params, inputs: Sequence[TensorType]) -> Any:
     zeroes single elements. A schedule that grows with depth is one expression over graph parameters:
     ``p: "$rate * ($first + $repetition) / ($blocks - 1)"`` (SPEC 1.6).
     """
-    from ..torch.layers import DropPath
-
-    return DropPath(p.p, p.mode)
+    return layer_of("drop_path")(p.p, p.mode)

@@ -14,7 +14,7 @@ from typing import Any
 
 from .._contracts import DTYPES, TensorType, format_shape
 from .._dims import Dim, dim_mul, format_dim
-from .._registry import InferError, Param, Params, Port, op
+from .._registry import InferError, Param, Params, Port, layer_of, op
 from ._common import broadcast_dim, broadcast_shapes, open_at, promote, provably_different
 
 #: A term's entries: a letter, or ``...`` for the dims the letters do not name.
@@ -289,6 +289,7 @@ def _einsum_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
         "params": {"equation": "bhqd,bhkd->bhqk"},
         "inputs": [["B", 4, "T", 16], ["B", 4, "T", 32]],
     },
+    imports={"aten.einsum.default": "einsum"},
 )
 def einsum(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Sums of products over named dims (``torch.einsum(equation, *operands)``).
@@ -298,10 +299,8 @@ def einsum(p: Params, inputs: Sequence[TensorType]) -> Any:
     the operands' ranks, each letter's sizes across the operands (``d`` must be one size in ``q`` and ``k``),
     and the text itself (a misplaced character is reported with its position).
     """
-    from ..torch.layers import Einsum
-
     _parsed(p)
-    return Einsum(p.equation)
+    return layer_of("einsum")(p.equation)
 
 
 __all__ = ["ELLIPSIS", "Equation", "EquationError", "einsum_shape", "parse_equation"]

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._contracts import DTYPES, TensorType
-from .._registry import InferError, Param, Params, Port, op
+from .._registry import ImportRow, InferError, Param, Params, Port, layer_of, op
 from ._common import DTYPE_RULES, Operand, broadcast_shapes
 from ._elementwise_rows import BINARY, UNARY, Row
 
@@ -115,9 +115,7 @@ def _documented(build: Any, doc: str) -> Any:
 
 def _register_unary(row: Row) -> None:
     def build(p: Params, inputs: Sequence[TensorType]) -> Any:
-        from ..torch.layers import Unary
-
-        return Unary(f"torch.{row.torch}")
+        return layer_of(row.name)(f"torch.{row.torch}")
 
     refused = row.bools == "refused"
     op(
@@ -136,6 +134,7 @@ def _register_unary(row: Row) -> None:
         error_example=(
             {"inputs": [{"shape": ["B", 8], "dtype": "bool"}]} if refused else {"inputs": [["B", 8], ["B", 8]]}
         ),
+        imports=row.imports,
     )(_documented(build, f"{row.doc}\n\nComputes ``torch.{row.torch}(x)``."))
 
 
@@ -190,6 +189,7 @@ def _register_binary(row: Row) -> None:
         returns="new",
         aliases=row.aliases,
         error_example={"inputs": [["B", 3], ["B", 4]]},
+        imports=row.imports,
     )(_documented(build, doc))
 
 
@@ -230,6 +230,9 @@ def _where_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     input_shape_example=_SHAPE,
     returns="new",
     error_example={"inputs": [["B", 8], ["B", 8], ["B", 8]]},
+    imports=dict.fromkeys(
+        ("aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar"), "where"
+    ),
 )
 def where(p: Params, inputs: Sequence[TensorType]) -> Any:
     """``a`` where ``condition`` is true, else ``b`` (``torch.where``), with broadcasting.
@@ -237,9 +240,7 @@ def where(p: Params, inputs: Sequence[TensorType]) -> Any:
     ``condition`` must be bool (a comparison's output). Either branch may be a number: ``{op: where, in: mask,
     a: -100.0, b: 0.0}`` makes Swin's attention mask from a bool mask.
     """
-    from ..torch.layers import Where
-
-    return Where(p.a, p.b)
+    return layer_of("where")(p.a, p.b)
 
 
 # --- clamp ------------------------------------------------------------------------------------------------
@@ -276,6 +277,12 @@ def _clamp_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     returns="new",
     aliases={"clip": {}},
     error_example={"params": {}, "inputs": [["B", 8]]},
+    imports={
+        "aten.clamp.default": ImportRow("clamp", {"bounds": ("min", "max")}),
+        "aten.clamp_.default": ImportRow("clamp", {"bounds": ("min", "max")}),
+        "aten.clamp_min.default": ImportRow("clamp", {"bounds": ("min",)}),
+        "aten.clamp_max.default": ImportRow("clamp", {"bounds": ("max",)}),
+    },
 )
 def clamp(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Each element limited to ``[min, max]`` (``torch.clamp``); a bound may be left out.
@@ -283,9 +290,7 @@ def clamp(p: Params, inputs: Sequence[TensorType]) -> Any:
     With ``min > max`` every element becomes ``max``, as in torch. For floating inputs, ``hardtanh`` is the
     same function as an ``nn`` activation (``min_val``, ``max_val``).
     """
-    from ..torch.layers import Unary
-
-    return Unary("torch.clamp", min=p.min, max=p.max)
+    return layer_of("clamp")("torch.clamp", min=p.min, max=p.max)
 
 
 # --- cast -------------------------------------------------------------------------------------------------
@@ -324,9 +329,7 @@ def cast(p: Params, inputs: Sequence[TensorType]) -> Any:
 
     As ``Tensor.to``, it returns its input itself when the dtype is already ``dtype``.
     """
-    from ..torch.layers import Cast
-
-    return Cast(p.dtype)
+    return layer_of("cast")(p.dtype)
 
 
 __all__ = ["BINARY", "UNARY", "Row"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._contracts import INT_DTYPES
-from .._registry import InferError
+from .._registry import ImportRow, InferError
 from ._common import Operand
 
 # --- the families' rows -----------------------------------------------------------------------------------
@@ -44,6 +44,8 @@ class Row:
             output's shape or a constant (``neg``, a comparison), ``inputs`` or ``output`` as torch's derivative
             reads them (``sin`` its input, ``exp`` its output).
         passes_gradient: its backward hands the gradient on as it is (:attr:`hndl.OpDef.passes_gradient`).
+        imports: the traced ATen operations that import as it (:attr:`hndl.OpDef.imports`): ``binary`` reads a
+            number operand as its ``a`` or ``b``, ``logical`` takes torch's bitwise operations of bool tensors.
     """
 
     name: str
@@ -58,6 +60,7 @@ class Row:
     check: Callable[[Sequence[tuple[str, Operand]]], None] | None = None
     saves: str = "unknown"
     passes_gradient: bool = False
+    imports: Sequence[str] | Mapping[str, ImportRow | str] = ()
 
 
 def _integer_power(operands: Sequence[tuple[str, Operand]]) -> None:
@@ -74,6 +77,9 @@ def _integer_power(operands: Sequence[tuple[str, Operand]]) -> None:
         )
 
 
+#: The importer's row for an op of two tensors only (``minimum``: torch.minimum takes no number).
+_TENSORS = ImportRow("binary", {"numbers": False})
+
 _MASK_HINT = "for a mask, use logical_not (not), logical_xor (differs) or cast it to an integer dtype first"
 
 #: Functions of one tensor.
@@ -87,9 +93,26 @@ UNARY: tuple[Row, ...] = (
         bool_hint=_MASK_HINT,
         aliases={"negative": {}},
         saves="none",
+        imports=("aten.neg.default", "aten.neg_.default"),
     ),
-    Row("abs", "abs", "same", "Absolute value ``|x|``.", bools="refused", aliases={"absolute": {}}, saves="inputs"),
-    Row("sign", "sign", "same", "Sign of each element: -1, 0 or 1 (false/true for bool).", saves="none"),
+    Row(
+        "abs",
+        "abs",
+        "same",
+        "Absolute value ``|x|``.",
+        bools="refused",
+        aliases={"absolute": {}},
+        saves="inputs",
+        imports=("aten.abs.default", "aten.abs_.default"),
+    ),
+    Row(
+        "sign",
+        "sign",
+        "same",
+        "Sign of each element: -1, 0 or 1 (false/true for bool).",
+        saves="none",
+        imports=("aten.sign.default", "aten.sign_.default"),
+    ),
     Row(
         "floor",
         "floor",
@@ -97,6 +120,7 @@ UNARY: tuple[Row, ...] = (
         "Largest integer not above each element (integers are kept).",
         bools="refused",
         saves="none",
+        imports=("aten.floor.default", "aten.floor_.default"),
     ),
     Row(
         "ceil",
@@ -105,6 +129,7 @@ UNARY: tuple[Row, ...] = (
         "Smallest integer not below each element (integers are kept).",
         bools="refused",
         saves="none",
+        imports=("aten.ceil.default", "aten.ceil_.default"),
     ),
     Row(
         "round",
@@ -113,17 +138,88 @@ UNARY: tuple[Row, ...] = (
         "Each element rounded to the nearest integer, halves to even.",
         bools="refused",
         saves="none",
+        imports=("aten.round.default",),
     ),
-    Row("exp", "exp", "int_to_float", "Exponential ``e ** x``.", saves="output"),
-    Row("log", "log", "int_to_float", "Natural logarithm (``-inf`` at 0, NaN below).", saves="inputs"),
-    Row("log1p", "log1p", "int_to_float", "``log(1 + x)``, accurate for small ``x``.", saves="inputs"),
-    Row("sqrt", "sqrt", "int_to_float", "Square root (NaN below 0).", saves="output"),
-    Row("rsqrt", "rsqrt", "int_to_float", "Reciprocal square root ``1 / sqrt(x)``.", saves="output"),
-    Row("reciprocal", "reciprocal", "int_to_float", "Reciprocal ``1 / x``.", saves="output"),
-    Row("sin", "sin", "int_to_float", "Sine (radians).", saves="inputs"),
-    Row("cos", "cos", "int_to_float", "Cosine (radians).", saves="inputs"),
-    Row("erf", "erf", "int_to_float", "The error function.", saves="inputs"),
-    Row("logical_not", "logical_not", "bool", "Logical not: true where ``x`` is zero (false).", saves="none"),
+    Row(
+        "exp",
+        "exp",
+        "int_to_float",
+        "Exponential ``e ** x``.",
+        saves="output",
+        imports=("aten.exp.default", "aten.exp_.default"),
+    ),
+    Row(
+        "log",
+        "log",
+        "int_to_float",
+        "Natural logarithm (``-inf`` at 0, NaN below).",
+        saves="inputs",
+        imports=("aten.log.default", "aten.log_.default"),
+    ),
+    Row(
+        "log1p",
+        "log1p",
+        "int_to_float",
+        "``log(1 + x)``, accurate for small ``x``.",
+        saves="inputs",
+        imports=("aten.log1p.default", "aten.log1p_.default"),
+    ),
+    Row(
+        "sqrt",
+        "sqrt",
+        "int_to_float",
+        "Square root (NaN below 0).",
+        saves="output",
+        imports=("aten.sqrt.default", "aten.sqrt_.default"),
+    ),
+    Row(
+        "rsqrt",
+        "rsqrt",
+        "int_to_float",
+        "Reciprocal square root ``1 / sqrt(x)``.",
+        saves="output",
+        imports=("aten.rsqrt.default", "aten.rsqrt_.default"),
+    ),
+    Row(
+        "reciprocal",
+        "reciprocal",
+        "int_to_float",
+        "Reciprocal ``1 / x``.",
+        saves="output",
+        imports=("aten.reciprocal.default", "aten.reciprocal_.default"),
+    ),
+    Row(
+        "sin",
+        "sin",
+        "int_to_float",
+        "Sine (radians).",
+        saves="inputs",
+        imports=("aten.sin.default", "aten.sin_.default"),
+    ),
+    Row(
+        "cos",
+        "cos",
+        "int_to_float",
+        "Cosine (radians).",
+        saves="inputs",
+        imports=("aten.cos.default", "aten.cos_.default"),
+    ),
+    Row(
+        "erf",
+        "erf",
+        "int_to_float",
+        "The error function.",
+        saves="inputs",
+        imports=("aten.erf.default", "aten.erf_.default"),
+    ),
+    Row(
+        "logical_not",
+        "logical_not",
+        "bool",
+        "Logical not: true where ``x`` is zero (false).",
+        saves="none",
+        imports={"aten.logical_not.default": "unary", "aten.bitwise_not.default": "logical"},
+    ),
 )
 
 #: Functions of two operands, tensors or (with ``operator``) a tensor and a number.
@@ -137,6 +233,7 @@ BINARY: tuple[Row, ...] = (
         layer="Add",
         saves="none",
         passes_gradient=True,
+        imports={"aten.add.Tensor": "binary", "aten.add_.Tensor": "binary"},
     ),
     Row(
         "sub",
@@ -148,6 +245,12 @@ BINARY: tuple[Row, ...] = (
         bool_hint=_MASK_HINT,
         aliases={"subtract": {}},
         saves="none",
+        imports={
+            "aten.sub.Tensor": "binary",
+            "aten.sub_.Tensor": "binary",
+            "aten.rsub.Scalar": "rsub",
+            "aten.rsub.Tensor": "rsub",
+        },
     ),
     Row(
         "mul",
@@ -168,6 +271,7 @@ BINARY: tuple[Row, ...] = (
         operator="truediv",
         aliases={"divide": {}, "true_divide": {}},
         saves="inputs",
+        imports={"aten.div.Tensor": "binary", "aten.div_.Tensor": "binary"},
     ),
     Row(
         "pow",
@@ -179,6 +283,7 @@ BINARY: tuple[Row, ...] = (
         aliases={"power": {}},
         check=_integer_power,
         saves="inputs",
+        imports=dict.fromkeys(("aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor", "aten.pow.Scalar"), "power"),
     ),
     Row(
         "minimum",
@@ -186,6 +291,7 @@ BINARY: tuple[Row, ...] = (
         "promote",
         "Elementwise minimum of two tensors (for a number bound, use clamp).",
         saves="inputs",
+        imports=dict.fromkeys(("aten.minimum.default", "aten.min.other"), _TENSORS),
     ),
     Row(
         "maximum",
@@ -193,16 +299,57 @@ BINARY: tuple[Row, ...] = (
         "promote",
         "Elementwise maximum of two tensors (for a number bound, use clamp).",
         saves="inputs",
+        imports=dict.fromkeys(("aten.maximum.default", "aten.max.other"), _TENSORS),
     ),
-    Row("eq", "eq", "bool", "``a == b``, elementwise, as bool.", operator="eq", saves="none"),
     Row(
-        "ne", "ne", "bool", "``a != b``, elementwise, as bool.", operator="ne", aliases={"not_equal": {}}, saves="none"
+        "eq",
+        "eq",
+        "bool",
+        "``a == b``, elementwise, as bool.",
+        operator="eq",
+        saves="none",
+        imports={"aten.eq.Tensor": "binary", "aten.eq.Scalar": "binary"},
     ),
-    Row("lt", "lt", "bool", "``a < b``, elementwise, as bool.", operator="lt", aliases={"less": {}}, saves="none"),
     Row(
-        "le", "le", "bool", "``a <= b``, elementwise, as bool.", operator="le", aliases={"less_equal": {}}, saves="none"
+        "ne",
+        "ne",
+        "bool",
+        "``a != b``, elementwise, as bool.",
+        operator="ne",
+        aliases={"not_equal": {}},
+        saves="none",
+        imports={"aten.ne.Tensor": "binary", "aten.ne.Scalar": "binary"},
     ),
-    Row("gt", "gt", "bool", "``a > b``, elementwise, as bool.", operator="gt", aliases={"greater": {}}, saves="none"),
+    Row(
+        "lt",
+        "lt",
+        "bool",
+        "``a < b``, elementwise, as bool.",
+        operator="lt",
+        aliases={"less": {}},
+        saves="none",
+        imports={"aten.lt.Tensor": "binary", "aten.lt.Scalar": "binary"},
+    ),
+    Row(
+        "le",
+        "le",
+        "bool",
+        "``a <= b``, elementwise, as bool.",
+        operator="le",
+        aliases={"less_equal": {}},
+        saves="none",
+        imports={"aten.le.Tensor": "binary", "aten.le.Scalar": "binary"},
+    ),
+    Row(
+        "gt",
+        "gt",
+        "bool",
+        "``a > b``, elementwise, as bool.",
+        operator="gt",
+        aliases={"greater": {}},
+        saves="none",
+        imports={"aten.gt.Tensor": "binary", "aten.gt.Scalar": "binary"},
+    ),
     Row(
         "ge",
         "ge",
@@ -211,15 +358,43 @@ BINARY: tuple[Row, ...] = (
         operator="ge",
         aliases={"greater_equal": {}},
         saves="none",
+        imports={"aten.ge.Tensor": "binary", "aten.ge.Scalar": "binary"},
     ),
-    Row("logical_and", "logical_and", "bool", "Logical and of two tensors (nonzero is true), as bool.", saves="none"),
-    Row("logical_or", "logical_or", "bool", "Logical or of two tensors (nonzero is true), as bool.", saves="none"),
+    Row(
+        "logical_and",
+        "logical_and",
+        "bool",
+        "Logical and of two tensors (nonzero is true), as bool.",
+        saves="none",
+        imports={
+            "aten.logical_and.default": _TENSORS,
+            "aten.__and__.Tensor": "logical",
+            "aten.bitwise_and.Tensor": "logical",
+        },
+    ),
+    Row(
+        "logical_or",
+        "logical_or",
+        "bool",
+        "Logical or of two tensors (nonzero is true), as bool.",
+        saves="none",
+        imports={
+            "aten.logical_or.default": _TENSORS,
+            "aten.__or__.Tensor": "logical",
+            "aten.bitwise_or.Tensor": "logical",
+        },
+    ),
     Row(
         "logical_xor",
         "logical_xor",
         "bool",
         "Logical exclusive or of two tensors (nonzero is true), as bool.",
         saves="none",
+        imports={
+            "aten.logical_xor.default": _TENSORS,
+            "aten.__xor__.Tensor": "logical",
+            "aten.bitwise_xor.Tensor": "logical",
+        },
     ),
 )
 

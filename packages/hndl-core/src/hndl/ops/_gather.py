@@ -12,7 +12,7 @@ from typing import Any
 
 from .._contracts import TensorType, format_shape
 from .._dims import Dim
-from .._registry import InferError, Param, Params, Port, op
+from .._registry import InferError, Param, Params, Port, layer_of, op
 from ._common import broadcast_shapes, norm_dim, open_at, open_index
 from ._shape import MAX_PARTS
 
@@ -88,6 +88,7 @@ def _gather_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     returns="new",
     aliases={"take_along_dim": {}, "take_along_axis": {}},
     error_example={"params": {"dim": 0}, "inputs": [["B", 8], {"shape": ["B", 8, 1], "dtype": "int64"}]},
+    imports={"aten.gather.default": "gather"},
 )
 def gather(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Pick, along ``dim``, the positions an int64 tensor names (``torch.gather(x, dim, index)``):
@@ -96,9 +97,7 @@ def gather(p: Params, inputs: Sequence[TensorType]) -> Any:
     The output has the index's shape. ``torch.take_along_dim`` is ``gather`` after broadcasting the two to each
     other; write the broadcast with ``expand`` (the importer reads it from the trace).
     """
-    from ..torch.layers import Gather
-
-    return Gather(p.dim)
+    return layer_of("gather")(p.dim)
 
 
 # --- index ----------------------------------------------------------------------------------------------
@@ -186,6 +185,7 @@ def _index_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
         "params": {"dims": [0, 1]},
         "inputs": [[8, 6, 64], {"shape": [4], "dtype": "int64"}, {"shape": [3], "dtype": "int64"}],
     },
+    imports={"aten.index.Tensor": "index"},
 )
 def index(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Index by integer tensors (torch's advanced indexing): ``x[idx]``, ``x[:, idx]``, ``x[rows, cols]``.
@@ -196,9 +196,7 @@ def index(p: Params, inputs: Sequence[TensorType]) -> Any:
     index selects a number of elements only the data knows, which no contract can state: it is refused (use
     ``where``).
     """
-    from ..torch.layers import Index
-
-    return Index(list(_index_dims(p, len(inputs) - 1)))
+    return layer_of("index")(list(_index_dims(p, len(inputs) - 1)))
 
 
 # --- unbind ---------------------------------------------------------------------------------------------
@@ -248,6 +246,7 @@ def _unbind_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     input_shape_example=[3, "B", 4, "T", 16],
     returns="view",
     error_example={"params": {"dim": 0, "size": 2}, "inputs": [[3, "B", "T", 64]]},
+    imports={"aten.unbind.int": "unbind"},
 )
 def unbind(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Take ``dim`` apart into its ``size`` slices, each without that dim (``x.unbind(dim)``): ``node.0``, ...
@@ -256,9 +255,7 @@ def unbind(p: Params, inputs: Sequence[TensorType]) -> Any:
     ``[B, H, T, d]`` outputs. ``size`` states the number of outputs, which the graph needs before any shape is
     known; it must equal the dim's length (checked statically for an int dim, on every call otherwise).
     """
-    from ..torch.layers import Unbind
-
-    return Unbind(p.dim, p.size)
+    return layer_of("unbind")(p.dim, p.size)
 
 
 __all__ = ["INDEX_DTYPES"]

@@ -12,7 +12,7 @@ from typing import Any
 
 from .._contracts import TensorType, format_shape, unknown_dim
 from .._dims import Dim, dim_add, dim_floordiv, format_dim
-from .._registry import InferError, Param, Params, Port, op
+from .._registry import InferError, Param, Params, Port, layer_of, op
 from ._common import norm_dim, open_at, open_index
 from ._shape import MAX_PARTS, _split_infer
 
@@ -68,12 +68,11 @@ def _select_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     example={"op": "select", "dim": 1, "index": 0},
     input_shape_example=["B", "T", 768],
     returns="view",
+    imports={"aten.select.int": "select"},
 )
 def select(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Take one position of a dim, removing it (``x.select(dim, index)``; ``x[:, 0]`` for the class token)."""
-    from ..torch.layers import Select
-
-    return Select(p.dim, p.index)
+    return layer_of("select")(p.dim, p.index)
 
 
 # --- slice ----------------------------------------------------------------------------------------------
@@ -129,9 +128,7 @@ def _slice_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 )
 def slice_(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Take every ``step``-th position from ``start`` up to ``end`` along ``dim`` (``x[:, start:end:step]``)."""
-    from ..torch.layers import Slice
-
-    return Slice(p.dim, p.start, p.end, p.step)
+    return layer_of("slice")(p.dim, p.start, p.end, p.step)
 
 
 # --- chunk ----------------------------------------------------------------------------------------------
@@ -162,6 +159,7 @@ def _chunk_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     example={"op": "chunk", "chunks": 2, "dim": -1},
     input_shape_example=["B", "T", 1024],
     returns="view",
+    imports={"aten.chunk.default": "chunk"},
 )
 def chunk(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Cut ``dim`` into ``chunks`` equal parts (``x.chunk(chunks, dim)``), one output each: ``node.0``, ...
@@ -170,9 +168,7 @@ def chunk(p: Params, inputs: Sequence[TensorType]) -> Any:
     outputs is always ``chunks``: a dim they do not divide is ``E_SHAPE`` at check time, or an error at run
     time for a symbolic dim.
     """
-    from ..torch.layers import Split
-
-    return Split(sections=p.chunks, dim=p.dim)
+    return layer_of("chunk")(sections=p.chunks, dim=p.dim)
 
 
 # --- pad ------------------------------------------------------------------------------------------------
@@ -273,10 +269,9 @@ def _pad_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     example={"op": "pad", "pad": [1, 1, 1, 1]},
     input_shape_example=["B", 3, 32, 32],
     returns="new",
+    imports={"aten.pad.default": "pad", "aten.constant_pad_nd.default": "pad"},
 )
 def pad(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Pad the last dims (``torch.nn.functional.pad``): ``pad: [1, 2]`` adds one element before and two after
     along the last dim; ``[1, 1, 1, 1]`` adds a border of one to height and width."""
-    from ..torch.layers import Pad
-
-    return Pad(list(p.pad), p.mode, p.value)
+    return layer_of("pad")(list(p.pad), p.mode, p.value)

@@ -9,7 +9,7 @@ from typing import Any
 from .._contracts import TensorType, format_shape
 from .._dims import format_dim
 from .._op_facts import matmul_macs
-from .._registry import InferError, Params, Port, op
+from .._registry import ImportRow, InferError, Params, Port, layer_of, op
 from ._common import Shape, broadcast_shapes, open_at, promote, provably_different
 
 
@@ -88,9 +88,8 @@ def _matmul_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     returns="new",
     error_example={"inputs": [["B", 64, 32], ["B", 64, 32]]},
     aliases={"mm": {}, "bmm": {}},
+    imports={"aten.matmul.default": ImportRow("binary", {"numbers": False})},
 )
 def matmul(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Matrix product ``torch.matmul(a, b)``, batched over leading dims."""
-    from ..torch.layers import MatMul
-
-    return MatMul()
+    return layer_of("matmul")()

@@ -7,7 +7,7 @@ from typing import Any
 
 from .._contracts import TensorType, format_shape
 from .._dims import format_dim
-from .._registry import InferError, Param, Params, Port, op
+from .._registry import InferError, Param, Params, Port, layer_of, op
 from ._common import open_at, provably_different
 
 _EPS = Param("eps", "float", default=1e-5, min=0, doc="added to the variance for numerical stability")
@@ -182,6 +182,7 @@ _TRAILING_INFERENCE = "the input must end with normalized_shape"
     input_shape_example=["B", "T", 768],
     returns="new",
     aliases={"LayerNormalization": {}},
+    imports={"aten.layer_norm.default": "layer_norm"},
 )
 def layernorm(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Layer normalisation: zero mean and unit variance over the trailing dims, then a learned affine map.
@@ -218,9 +219,7 @@ def layernorm2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     theirs bit for bit, and its ``state_dict`` holds theirs (``weight``, ``bias``, ``[C]``). Unlike ``layernorm``,
     which normalises over the *last* dim (the width of an NCHW map), it normalises dim 1.
     """
-    from ..torch.layers import LayerNorm2d
-
-    return LayerNorm2d(p.num_channels, eps=p.eps, elementwise_affine=p.elementwise_affine, bias=p.bias)
+    return layer_of("layernorm2d")(p.num_channels, eps=p.eps, elementwise_affine=p.elementwise_affine, bias=p.bias)
 
 
 def _rmsnorm_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
@@ -316,6 +315,7 @@ def _groupnorm_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     example={"op": "groupnorm", "num_groups": 32},
     input_shape_example=["B", 256, 16, 16],
     returns="new",
+    imports={"aten.group_norm.default": "group_norm"},
 )
 def groupnorm(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Group normalisation: channels split into ``num_groups`` groups, each normalised on its own.
@@ -374,9 +374,7 @@ def grn(p: Params, inputs: Sequence[TensorType]) -> Any:
     ``weight`` and ``bias`` (``[C]``, starting at 0: the layer starts as the identity); transformers'
     ``ConvNextV2GRN`` holds them as ``[1, 1, 1, C]``, which load with the ``flatten`` layout.
     """
-    from ..torch.layers import GlobalResponseNorm
-
-    return GlobalResponseNorm(p.num_channels, eps=p.eps, channels_last=True)
+    return layer_of("grn")(p.num_channels, eps=p.eps, channels_last=True)
 
 
 @op(
@@ -403,6 +401,4 @@ def grn2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     ``weight`` and ``bias`` (``[C]``, starting at 0: the layer starts as the identity); transformers'
     ``ConvNextV2GRN`` holds them as ``[1, 1, 1, C]``, which load with the ``flatten`` layout.
     """
-    from ..torch.layers import GlobalResponseNorm
-
-    return GlobalResponseNorm(p.num_channels, eps=p.eps, channels_last=False)
+    return layer_of("grn2d")(p.num_channels, eps=p.eps, channels_last=False)

@@ -12,7 +12,7 @@ from typing import Any
 
 from .._contracts import TensorType, dtype_satisfies, format_shape, unknown_dim
 from .._param_types import ParamType, describe_value, excerpt
-from .._registry import REQUIRED, InferError, Param, Params, Port, op
+from .._registry import REQUIRED, InferError, Param, Params, Port, layer_of, op
 from ._common import norm_dim, open_at, open_index, provably_different
 
 
@@ -215,9 +215,7 @@ def rotary(p: Params, inputs: Sequence[TensorType]) -> Any:
     a non-persistent buffer computed at build, so the state_dict has no key for them; the cos/sin tables are
     computed from them on each call, as transformers does, which keeps results bit-identical to it.
     """
-    from ..torch.layers import Rotary
-
-    return Rotary(p.head_dim, dims=p.dims, theta=p.theta, scaling=p.scaling, interleaved=p.interleaved)
+    return layer_of("rotary")(p.head_dim, dims=p.dims, theta=p.theta, scaling=p.scaling, interleaved=p.interleaved)
 
 
 # --- relative position bias (T5) ------------------------------------------------------------------------
@@ -286,9 +284,7 @@ def relative_position_bias(p: Params, inputs: Sequence[TensorType]) -> Any:
     is transformers' ``relative_attention_bias.weight``). Compute it once and pass it to every layer's
     ``attention`` (``score_bias: true``), as T5 does: through ``repeat``'s ``shared`` inputs.
     """
-    from ..torch.layers import RelativePositionBias
-
-    return RelativePositionBias(
+    return layer_of("relative_position_bias")(
         p.num_heads, num_buckets=p.num_buckets, max_distance=p.max_distance, bidirectional=p.bidirectional
     )
 
@@ -327,6 +323,4 @@ def positions(p: Params, inputs: Sequence[TensorType]) -> Any:
     ``[B, T]`` token ids give ``[T]``; an ``embedding`` of them gives ``[T, D]``, which ``add`` broadcasts
     onto ``[B, T, D]``. The positions are made on the input's device.
     """
-    from ..torch.layers import Positions
-
-    return Positions(p.dim)
+    return layer_of("positions")(p.dim)

@@ -13,7 +13,7 @@ from typing import Any
 
 from .._contracts import TensorType
 from .._op_facts import recurrent_macs
-from .._registry import InferError, Param, Params, Port, op
+from .._registry import InferError, Param, Params, Port, layer_of, op
 from ._common import shape_of_rank
 
 _OUTPUTS = ("sequence", "last", "both")
@@ -91,9 +91,7 @@ def lstm(p: Params, inputs: Sequence[TensorType]) -> Any:
     Parameters and their names are torch's (``weight_ih_l0``, ``bias_hh_l1_reverse``, ...), so torch LSTM
     weights load as they are. The initial hidden and cell states are zeros.
     """
-    from ..torch.layers import LSTM
-
-    return LSTM(
+    return layer_of("lstm")(
         p.input_size,
         p.hidden_size,
         num_layers=p.num_layers,
@@ -125,9 +123,7 @@ def gru(p: Params, inputs: Sequence[TensorType]) -> Any:
     Parameters and their names are torch's, so torch GRU weights load as they are. The initial hidden
     state is zeros.
     """
-    from ..torch.layers import GRU
-
-    return GRU(
+    return layer_of("gru")(
         p.input_size,
         p.hidden_size,
         num_layers=p.num_layers,

@@ -12,7 +12,7 @@ from typing import Any
 
 from .._contracts import TensorType, format_shape
 from .._dims import Dim, dim_sub
-from .._registry import InferError, Param, Params, Port, op
+from .._registry import InferError, Param, Params, Port, layer_of, op
 from ._common import concrete_dtype, norm_dim, open_at, open_index, promote, require, torch_dtype
 
 # --- shared ---------------------------------------------------------------------------------------------
@@ -108,6 +108,7 @@ _KEEPDIM = Param("keepdim", "bool", default=False, doc="keep the reduced dims, w
     returns="new",
     aliases={"reduce_sum": {}},
     error_example={"params": {"dim": [1, -2]}, "inputs": [["B", "T", 64]]},
+    imports={"aten.sum.dim_IntList": "accumulating", "aten.sum.default": "accumulating"},
 )
 def sum_(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Sum over one or more dims (``x.sum(dim, keepdim)``), or over every dim with ``dim: null``.
@@ -115,12 +116,10 @@ def sum_(p: Params, inputs: Sequence[TensorType]) -> Any:
     Counting the real tokens of a padding mask: ``{op: sum, in: mask, dim: [-1]}`` on ``[B, T]`` gives ``[B]``
     (int64, as torch sums bool and integers).
     """
-    from ..torch.layers import Unary
-
     kwargs: dict[str, Any] = {"dim": None if p.dim is None else tuple(p.dim), "keepdim": p.keepdim}
     if p.dtype is not None:
         kwargs["dtype"] = torch_dtype(p.dtype)
-    return Unary("torch.sum", **kwargs)
+    return layer_of("sum")("torch.sum", **kwargs)
 
 
 def _norm_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
@@ -146,6 +145,7 @@ def _norm_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     returns="new",
     aliases={"vector_norm": {}, "linalg_vector_norm": {}},
     error_example={"params": {"dim": [3]}, "inputs": [["B", "T", 64]]},
+    imports={"aten.linalg_vector_norm.default": "norm"},
 )
 def norm(p: Params, inputs: Sequence[TensorType]) -> Any:
     """The vector norm over one or more dims (``torch.linalg.vector_norm(x, ord, dim, keepdim)``).
@@ -153,9 +153,9 @@ def norm(p: Params, inputs: Sequence[TensorType]) -> Any:
     ``{op: norm, dim: [-1], keepdim: true}`` is the length of each feature vector, which a ``div`` turns into
     unit vectors (CLIP's normalised embeddings). ``dim: null`` takes the norm of all elements at once.
     """
-    from ..torch.layers import Unary
-
-    return Unary("torch.linalg.vector_norm", ord=p.ord, dim=None if p.dim is None else tuple(p.dim), keepdim=p.keepdim)
+    return layer_of("norm")(
+        "torch.linalg.vector_norm", ord=p.ord, dim=None if p.dim is None else tuple(p.dim), keepdim=p.keepdim
+    )
 
 
 # --- argmax, argmin -------------------------------------------------------------------------------------
@@ -180,9 +180,7 @@ def _arg_op(name: str, which: str) -> None:
         return _arg_infer(p, inputs)
 
     def build(p: Params, inputs: Sequence[TensorType]) -> Any:
-        from ..torch.layers import Unary
-
-        return Unary(f"torch.{name}", dim=p.dim, keepdim=p.keepdim)
+        return layer_of(name)(f"torch.{name}", dim=p.dim, keepdim=p.keepdim)
 
     build.__doc__ = (
         f"The int64 position of the {which} element along ``dim`` (``x.{name}(dim, keepdim)``); of the flattened "
@@ -205,6 +203,7 @@ def _arg_op(name: str, which: str) -> None:
         input_shape_example=["B", "T"],
         returns="new",
         error_example={"params": {"dim": 2}, "inputs": [["B", "T"]]},
+        imports={f"aten.{name}.default": "arg"},
     )(build)
 
 
@@ -247,18 +246,17 @@ def _cumsum_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     input_shape_example=["B", "T"],
     returns="new",
     error_example={"params": {"dim": 2}, "inputs": [["B", "T"]]},
+    imports={"aten.cumsum.default": "accumulating"},
 )
 def cumsum(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Running sums along ``dim`` (``x.cumsum(dim)``): element ``i`` is the sum of elements ``0 .. i``.
 
     Position ids from a left-padded mask are ``cumsum(mask) - 1``: ``{op: cumsum, in: mask, dim: -1}``.
     """
-    from ..torch.layers import Unary
-
     kwargs: dict[str, Any] = {"dim": p.dim}
     if p.dtype is not None:
         kwargs["dtype"] = torch_dtype(p.dtype)
-    return Unary("torch.cumsum", **kwargs)
+    return layer_of("cumsum")("torch.cumsum", **kwargs)
 
 
 def _diff_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
@@ -306,9 +304,7 @@ def diff(p: Params, inputs: Sequence[TensorType]) -> Any:
 
     Where position ids restart (packed sequences) is where ``diff`` of them is not 1.
     """
-    from ..torch.layers import Unary
-
-    return Unary("torch.diff", n=p.n, dim=p.dim)
+    return layer_of("diff")("torch.diff", n=p.n, dim=p.dim)
 
 
 __all__ = ["accumulated", "reduced_shape"]

@@ -14,7 +14,7 @@ from typing import Any
 from .._contracts import TensorType, format_shape, unknown_dim
 from .._dims import Dim, dim_add, dim_mul, format_dim
 from .._op_facts import conv_transpose_macs
-from .._registry import InferError, Param, Params, Port, op
+from .._registry import ImportRow, InferError, Param, Params, Port, op
 from ._common import open_at, pair, shape_of_rank
 from ._conv import _check_groups
 
@@ -111,6 +111,7 @@ def _infer_1d(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     input_shape_example=["B", 64, "L"],
     returns="new",
     aliases={"Conv1DTranspose": {}},
+    imports={"aten.conv_transpose1d.default": ImportRow("conv", {"dims": 1, "transposed": True})},
 )
 def conv_transpose1d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """1-d transposed convolution over ``[N, C, L]`` (the gradient of ``conv1d``): with ``kernel_size: 2,
@@ -171,6 +172,7 @@ def _infer_2d(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     input_shape_example=["B", 128, "H", "W"],
     returns="new",
     aliases={"Conv2DTranspose": {}},
+    imports={"aten.conv_transpose2d.input": ImportRow("conv", {"dims": 2, "transposed": True})},
 )
 def conv_transpose2d(p: Params, inputs: Sequence[TensorType]) -> Any:
     """2-d transposed convolution over ``[N, C, H, W]``: with ``kernel_size: 2, stride: 2`` it doubles height
@@ -285,6 +287,10 @@ def _upsample_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]
     input_shape_example=["B", 64, "H", "W"],
     returns="new",
     aliases={"interpolate": {}, "UpSampling2D": {}},
+    imports={
+        "aten.upsample_nearest2d.vec": ImportRow("upsample", {"mode": "nearest", "dims": 2}),
+        "aten.upsample_bilinear2d.vec": ImportRow("upsample", {"mode": "bilinear", "dims": 2}),
+    },
 )
 def upsample(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Resize the spatial dims by ``scale_factor`` or to ``size`` (``torch.nn.Upsample``); exactly one of the

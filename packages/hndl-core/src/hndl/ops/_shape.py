@@ -14,7 +14,7 @@ from typing import Any
 from .._contracts import TensorType, format_shape, unknown_dim
 from .._dims import Dim, dim_add, dim_floordiv, dim_mul, format_dim
 from .._param_types import excerpt
-from .._registry import InferError, Param, Params, Port, op
+from .._registry import InferError, Param, Params, Port, layer_of, op
 from ._common import norm_dim, open_at, open_index, product, promote, provably_different
 from ._tensor import _Sizes, resolve_sizes
 
@@ -91,9 +91,7 @@ def _concat_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 )
 def concat(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Join tensors along ``dim`` (``torch.cat``)."""
-    from ..torch.layers import Concat
-
-    return Concat(p.dim)
+    return layer_of("concat")(p.dim)
 
 
 # --- split ----------------------------------------------------------------------------------------------
@@ -198,6 +196,7 @@ def _split_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     example={"op": "split", "sections": 3, "dim": -1},
     input_shape_example=["B", "T", 192],
     returns="view",
+    imports={"aten.split.Tensor": "split", "aten.split_with_sizes.default": "split"},
 )
 def split(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Split along ``dim`` into ``sections`` equal parts, or into parts of the given ``sizes``.
@@ -205,9 +204,7 @@ def split(p: Params, inputs: Sequence[TensorType]) -> Any:
     Give exactly one of ``sections`` and ``sizes``. The node has one output per part: refer to them as
     ``node.0``, ``node.1``, ... (in Python: ``q, k, v = g.add("split", x, sections=3)``).
     """
-    from ..torch.layers import Split
-
-    return Split(sections=p.sections, sizes=None if p.sizes is None else list(p.sizes), dim=p.dim)
+    return layer_of("split")(sections=p.sections, sizes=None if p.sizes is None else list(p.sizes), dim=p.dim)
 
 
 # --- reshape / flatten ----------------------------------------------------------------------------------
@@ -348,13 +345,11 @@ def reshape(p: Params, inputs: Sequence[TensorType]) -> Any:
     shape: [B, T, 192]}`` turns ``[B*T, 192]`` back into ``[B, T, 192]`` (what one -1 cannot say), and ``{op:
     reshape, in: mask, shape: [1, 1, T, T]}`` puts two dims in front of a ``[T, T]`` mask.
     """
-    from ..torch.layers import Reshape
-
     start = p.start_dim
     shape = inputs[0].shape if inputs else None
     if start < 0 and shape is not None and open_at(shape) is None:
         start += len(shape)
-    return Reshape(_reshape_plan(p, inputs), start)
+    return layer_of("reshape")(_reshape_plan(p, inputs), start)
 
 
 def _flatten_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
@@ -408,6 +403,7 @@ def _flatten_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     example={"op": "flatten"},
     input_shape_example=["B", 64, 7, 7],
     returns="view",
+    imports={"aten.flatten.using_ints": "flatten"},
 )
 def flatten(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Merge dims ``start_dim`` .. ``end_dim`` into one (by default all but the batch dim)."""
@@ -458,12 +454,11 @@ def _permute_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     example={"op": "permute", "dims": [0, 2, 3, 1]},
     input_shape_example=["B", 3, 32, 32],
     returns="view",
+    imports={"aten.permute.default": "permute"},
 )
 def permute(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Reorder the dims (``x.permute(dims)``)."""
-    from ..torch.layers import Permute
-
-    return Permute(list(p.dims))
+    return layer_of("permute")(list(p.dims))
 
 
 def _transpose_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
@@ -497,12 +492,15 @@ def _transpose_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType
     example={"op": "transpose", "dim0": 1, "dim1": 2},
     input_shape_example=["B", 64, 49],
     returns="view",
+    imports={
+        "aten.transpose.int": "transpose",
+        "aten.swapaxes.default": "swapaxes",
+        "aten.swapdims.default": "swapaxes",
+    },
 )
 def transpose(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Swap two dims (``x.transpose(dim0, dim1)``)."""
-    from ..torch.layers import Transpose
-
-    return Transpose(p.dim0, p.dim1)
+    return layer_of("transpose")(p.dim0, p.dim1)
 
 
 def _mean_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
@@ -552,9 +550,8 @@ def _mean_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     input_shape_example=["B", "T", 64],
     returns="new",
     aliases={"reduce_mean": {}},
+    imports={"aten.mean.dim": "mean", "aten.mean.default": "mean"},
 )
 def mean(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Average over one or more dims (``x.mean(dim, keepdim)``); the input must be floating point."""
-    from ..torch.layers import Mean
-
-    return Mean(list(p.dim), p.keepdim)
+    return layer_of("mean")(list(p.dim), p.keepdim)

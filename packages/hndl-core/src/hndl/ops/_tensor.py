@@ -13,7 +13,7 @@ from typing import Any
 from .._contracts import TensorType, format_shape
 from .._dims import SYMBOL_RE, Dim, format_dim, symbol
 from .._param_types import ParamType, excerpt
-from .._registry import InferError, Param, Params, Port, op
+from .._registry import InferError, Param, Params, Port, layer_of, op
 from ._common import DTYPE_RULES, open_at, provably_different
 
 # --- parameter ------------------------------------------------------------------------------------------
@@ -73,9 +73,7 @@ def parameter(p: Params, inputs: Sequence[TensorType]) -> Any:
     or ``expand``. ConvNeXt's layer scale is ``{op: parameter, shape: [96, 1, 1], init: full, value: 1e-6}``
     times the block's output. For a tensor that is not learned, see ``buffer``.
     """
-    from ..torch.layers import LearnedTensor
-
-    return LearnedTensor(list(p.shape), init=p.init, std=p.std, value=p.value)
+    return layer_of("parameter")(list(p.shape), init=p.init, std=p.std, value=p.value)
 
 
 # --- scale ----------------------------------------------------------------------------------------------
@@ -107,9 +105,7 @@ def scale(p: Params, inputs: Sequence[TensorType]) -> Any:
     The dtype follows torch's rule for a Python number: ``factor: 3`` on int64 indices stays int64 (a window
     index times a row length), ``factor: 0.5`` makes them float32, and a float16 input stays float16.
     """
-    from ..torch.layers import Scale
-
-    return Scale(p.factor)
+    return layer_of("scale")(p.factor)
 
 
 # --- expand ---------------------------------------------------------------------------------------------
@@ -250,6 +246,7 @@ def _expand_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     example={"op": "expand", "shape": [4, 1, -1]},
     input_shape_example=[1, 1, 768],
     returns="view",
+    imports={"aten.expand.default": "expand"},
 )
 def expand(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Broadcast to a larger shape without copying (``x.expand(...)``): a class token ``[1, 1, D]`` becomes
@@ -258,10 +255,8 @@ def expand(p: Params, inputs: Sequence[TensorType]) -> Any:
     A symbol in ``shape`` names a dim of an input as the checker infers it: ``{op: expand, in: [cls, x],
     shape: [B, 1, -1]}`` reads ``B`` from ``x`` ``[B, T, D]`` on every call.
     """
-    from ..torch.layers import Expand
-
     like = inputs[1].shape if len(inputs) > 1 else None
-    return Expand(resolve_sizes(p.shape, inputs[0].shape or (), like))
+    return layer_of("expand")(resolve_sizes(p.shape, inputs[0].shape or (), like))
 
 
 # --- type_as --------------------------------------------------------------------------------------------
@@ -280,6 +275,7 @@ def expand(p: Params, inputs: Sequence[TensorType]) -> Any:
     example={"op": "type_as"},
     input_shape_example=["B", "T"],
     returns="input",
+    imports={"aten.type_as.default": "type_as"},
 )
 def type_as(p: Params, inputs: Sequence[TensorType]) -> Any:
     """``x`` converted to the dtype of ``like`` (``x.type_as(like)``), read on every call: a constant that takes
@@ -290,6 +286,4 @@ def type_as(p: Params, inputs: Sequence[TensorType]) -> Any:
     constant the module made in an activation's dtype (``torch.arange(n, dtype=h.dtype)``,
     ``torch.tensor(2.0, dtype=x.dtype)``, ``cos.to(x.dtype)``) as its ``buffer`` node through a ``type_as``.
     """
-    from ..torch.layers import TypeAs
-
-    return TypeAs()
+    return layer_of("type_as")()

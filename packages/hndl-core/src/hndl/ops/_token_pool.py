@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._contracts import TensorType
-from .._registry import Param, Params, Port, op
+from .._registry import Param, Params, Port, layer_of, op
 
 
 @op(
@@ -52,6 +52,4 @@ def pool_at_token(p: Params, inputs: Sequence[TensorType]) -> Any:
 
     A spec: ``pooled: {op: pool_at_token, in: [final_norm, input_ids], token_id: 49407}``.
     """
-    from ..torch.layers import PoolAtToken
-
-    return PoolAtToken(p.token_id)
+    return layer_of("pool_at_token")(p.token_id)

@@ -8,15 +8,13 @@ from typing import Any
 
 from .._contracts import TensorType
 from .._param_types import ParamType, describe_value
-from .._registry import InferError, Param, Params, Port, op
+from .._registry import InferError, Param, Params, Port, layer_of, op
 from ._common import norm_dim, open_at
 
 
 def _register_triangle(name: str, keeps: str) -> None:
     def build(p: Params, inputs: Sequence[TensorType]) -> Any:
-        from ..torch.layers import Unary
-
-        return Unary(f"torch.{name}", diagonal=p.diagonal)
+        return layer_of(name)(f"torch.{name}", diagonal=p.diagonal)
 
     # The docstring is the op's documentation (hndl.op reads it).
     build.__doc__ = (
@@ -42,6 +40,7 @@ def _register_triangle(name: str, keeps: str) -> None:
         input_shape_example=["T", "T"],
         returns="new",
         error_example={"inputs": [["T"]]},
+        imports={f"aten.{name}.default": "triangle"},
     )(build)
 
 
@@ -111,12 +110,11 @@ def _roll_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     input_shape_example=["B", 56, 56, 96],
     returns="new",
     error_example={"params": {"shifts": [3], "dims": [2]}, "inputs": [["B", 8]]},
+    imports={"aten.roll.default": "roll"},
 )
 def roll(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Shift elements along dims, wrapping around (``torch.roll``): Swin's cyclic window shift.
 
     ``{op: roll, shifts: [-3, -3], dims: [1, 2]}`` moves a ``[B, H, W, C]`` map 3 up and 3 left.
     """
-    from ..torch.layers import Unary
-
-    return Unary("torch.roll", shifts=p.shifts, dims=p.dims)
+    return layer_of("roll")("torch.roll", shifts=p.shifts, dims=p.dims)
