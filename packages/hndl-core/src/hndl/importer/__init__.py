@@ -6,8 +6,8 @@ named after the layer it ran in; a layer no op expresses becomes a ``module`` no
 class and constructor arguments. The result is an :class:`ImportedGraph`: an ``hndl.Graph`` that also maps the
 original's ``state_dict`` keys onto the built model's, so the built model takes the original's weights.
 
-The mapping is two tables in ``_table.py``: ``FUNCTIONS`` (traced ATen operation -> row) and ``MODULES``
-(layer class -> row). ``_trace.py`` runs ``torch.export``; ``_translate.py`` is the translator's passes, helped by
+The mapping is two tables in ``_table.py``: ``FUNCTIONS`` (traced ATen operation -> row; a view of the ops'
+``imports`` declarations, plus the rows that are importer patterns) and ``MODULES`` (layer class -> row). ``_trace.py`` runs ``torch.export``; ``_translate.py`` is the translator's passes, helped by
 a module per job, among them ``_inputs.py`` (graph inputs and the sizes the trace assumed), ``_calls.py`` (the
 layer calls each operation ran in), ``_fold.py`` and ``_buffers.py`` (what is computed at import, which buffers
 stay state), ``_dtype_follow.py`` (constants whose dtype follows the activations'), ``_aliases.py`` (in-place

@@ -18,7 +18,7 @@ from ._trace import cut, node_location
 __all__ = ["Refusals", "reason"]
 
 _HINT_TABLE = (
-    "an op that does this, added as a row of hndl.importer.FUNCTIONS (or the layer's class in MODULES), would import it"
+    "an op that does this, declaring the operation in its imports= (or the layer's class in MODULES), would import it"
 )
 
 
