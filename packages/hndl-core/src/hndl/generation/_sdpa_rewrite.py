@@ -3,13 +3,15 @@ takes its layer of the cache (``select`` on dim 0 at its layer index) and the in
 ``cache: true`` (or ``past: true``), ``causal: true`` and the window its mask had; its keys and values are those
 before the grouped heads' repeat, when they came through one. The nodes that computed the masks go, the
 positions nodes' readers take ``position_ids``, and whatever no output reads any more goes (the repeats, the
-mask's arithmetic); every other node, name, parameter and state_dict key is kept."""
+mask's arithmetic), and what a decoding step would compute again for the same value (:mod:`._sdpa_fold`: a node
+repeating an earlier one, a ``scale`` by 1); every other node, name, parameter and state_dict key is kept."""
 
 from __future__ import annotations
 
 from .._graph import Graph, split_ref
 from ._cache_rewrite import CacheRewriter
-from ._graph_edit import insert_nodes, new_node, rename_refs
+from ._graph_edit import checked_by_name, insert_nodes, new_node, rename_refs
+from ._sdpa_fold import drop_unit_scales, merge_repeats
 from ._sdpa_pattern import FoundSdpa
 
 __all__ = ["SdpaRewriter"]
@@ -30,6 +32,9 @@ class SdpaRewriter(CacheRewriter):
         if self.grow:
             self._present()
         self._drop_unread()
+        # What a decoding step would compute again for the same value (sdpa_fold's module docstring).
+        drop_unit_scales(g, checked_by_name(self.checked.nodes))
+        merge_repeats(g)
         self._inputs()
         return g
 

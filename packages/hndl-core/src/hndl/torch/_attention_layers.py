@@ -35,6 +35,7 @@ __all__ = [
     "allowed_pattern",
     "as_rank4",
     "attend",
+    "grouped_sdpa",
     "rope_frequencies",
 ]
 
@@ -152,7 +153,6 @@ def attend(
         store: where a mask and pattern the same for every layer of a step are kept (the layer's ``per_step``).
     """
     t, s = q.shape[2], k.shape[2]
-    groups = q.shape[1] // k.shape[1]
     if mask is None and bias is None and window is None and offset is None:
         attn_mask, is_causal = None, causal
     else:
@@ -164,6 +164,22 @@ def attend(
         else:
             attn_mask = _combine(mask, bias, t, s, causal, window, q, offset, store)
         is_causal = False
+    return grouped_sdpa(q, k, v, attn_mask, is_causal=is_causal, scale=scale, dropout=dropout)
+
+
+def grouped_sdpa(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor | None,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout: float = 0.0,
+) -> Tensor:
+    """SDPA of ``q`` ``[B, H, T, D]`` over ``k``, ``v`` ``[B, Hkv, S, D]`` (``Hkv`` divides ``H``) with SDPA's own
+    ``attn_mask`` and ``is_causal``: the last step of :func:`attend`, for a caller that made the mask itself."""
+    groups = q.shape[1] // k.shape[1]
     if groups > 1:
         if _GQA_NATIVE and (attn_mask is None or q.device.type == "cpu"):
             # Without a mask SDPA's own grouping keeps the fused kernels; with a mask it sends CUDA to the math

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._attention_layers import SDPA, _aliased_caches, attend, caches_overlap
+from ._attention_layers import SDPA, _aliased_caches, _combine, attend, caches_overlap, grouped_sdpa
 from ._per_step import shared
 
 __all__ = ["CachedSDPA"]
@@ -59,23 +59,27 @@ class CachedSDPA(SDPA):
         cache_k, cache_v, position = rest
         if caches_overlap(cache_k, cache_v):
             raise _aliased_caches()
-        t = q.shape[2]
-        # The cache is the caller's (hndl.generate reads it on the next step); the runtime never writes an input.
-        slots = shared(self.per_step, "slots", (t, position), lambda: torch.arange(t, device=position.device) + position)
-        cache_k.index_copy_(2, slots, k.to(cache_k.dtype))
-        cache_v.index_copy_(2, slots, v.to(cache_v.dtype))
-        return attend(
-            q,
-            cache_k,
-            cache_v,
-            mask,
-            causal=self.causal,
-            window=self.window,
-            scale=self.scale,
-            dropout=dropout,
-            offset=position,
-            store=self.per_step,
+        t, s = q.shape[2], cache_k.shape[2]
+        # The new tokens' slots (query i at slot position + i) and SDPA's mask over every slot (padding, causal
+        # pattern, window) are the same for every layer of a decoding step: one entry of the model's store, made
+        # by the first layer (_per_step), where attend() would look up its mask and this layer its slots apart.
+        # The layer's own causal and window are in the key: a model may give its layers different windows.
+        slots, attn_mask = shared(
+            self.per_step,
+            "cache_step",
+            (mask, t, s, position, self.causal, self.window, q.dtype, q.device),
+            lambda: self._step_values(mask, t, s, q, position),
         )
+        # The cache is the caller's (hndl.generate reads it on the next step); the runtime never writes an input.
+        cache_k.index_copy_(2, slots, k if k.dtype == cache_k.dtype else k.to(cache_k.dtype))
+        cache_v.index_copy_(2, slots, v if v.dtype == cache_v.dtype else v.to(cache_v.dtype))
+        return grouped_sdpa(q, cache_k, cache_v, attn_mask, scale=self.scale, dropout=dropout)
+
+    def _step_values(self, mask: Tensor | None, t: int, s: int, q: Tensor, position: Tensor) -> tuple[Tensor, Any]:
+        """The slots ``position .. position+t-1`` and the mask :func:`attend` would make for a cache of ``s``."""
+        slots = torch.arange(t, device=position.device) + position
+        attn_mask = _combine(mask, None, t, s, self.causal, self.window, q, position, self.per_step)
+        return slots, attn_mask
 
     def extra_repr(self) -> str:
         return super().extra_repr() + (", past=True" if self.past else ", cache=True")
