@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from op_helpers import infer, problem, runs_as_inferred
 
 import hndl
-from hndl.torch import _attention_layers
+from hndl.torch import _attention_layers, _position_layers
 
 # --- helpers ----------------------------------------------------------------------------------------------
 
@@ -203,7 +203,7 @@ def test_rotary_frequencies_are_a_non_persistent_float32_buffer_through_conversi
 
 
 def test_llama3_scaling_divides_low_frequencies_and_keeps_high_ones():
-    plain = _attention_layers.rope_frequencies(128, 500000.0)
+    plain = _position_layers.rope_frequencies(128, 500000.0)
     scaling = {
         "rope_type": "llama3",
         "factor": 8.0,
@@ -211,7 +211,7 @@ def test_llama3_scaling_divides_low_frequencies_and_keeps_high_ones():
         "high_freq_factor": 4.0,
         "original_max_position_embeddings": 8192,
     }
-    scaled = _attention_layers.rope_frequencies(128, 500000.0, scaling)
+    scaled = _position_layers.rope_frequencies(128, 500000.0, scaling)
     wavelength = 2 * math.pi / plain
     high, low = wavelength < 8192 / 4, wavelength > 8192
     assert torch.equal(scaled[high], plain[high])
@@ -219,8 +219,8 @@ def test_llama3_scaling_divides_low_frequencies_and_keeps_high_ones():
     middle = ~high & ~low
     assert middle.any()
     assert ((scaled[middle] < plain[middle]) & (scaled[middle] > plain[middle] / 8)).all()
-    linear = _attention_layers.rope_frequencies(64, 10000.0, {"rope_type": "linear", "factor": 2.0})
-    assert torch.equal(linear, _attention_layers.rope_frequencies(64, 10000.0) / 2)
+    linear = _position_layers.rope_frequencies(64, 10000.0, {"rope_type": "linear", "factor": 2.0})
+    assert torch.equal(linear, _position_layers.rope_frequencies(64, 10000.0) / 2)
 
 
 def test_rotary_errors_name_the_fix():
@@ -253,10 +253,10 @@ def test_relative_position_bias_shapes():
 
 def test_t5_buckets_worked_out_by_hand():
     relative = torch.tensor([0, -1, 1, -7, -8, -20, 20, -200, 200])
-    bidirectional = _attention_layers.relative_buckets(relative, bidirectional=True, num_buckets=32, max_distance=128)
+    bidirectional = _position_layers.relative_buckets(relative, bidirectional=True, num_buckets=32, max_distance=128)
     # 16 buckets per sign, 8 exact: |d| < 8 is its own bucket; then 8 + int(log(|d|/8) / log(16) * 8), at most 15
     assert bidirectional.tolist() == [0, 1, 17, 7, 8, 10, 26, 15, 31]
-    causal = _attention_layers.relative_buckets(relative, bidirectional=False, num_buckets=32, max_distance=128)
+    causal = _position_layers.relative_buckets(relative, bidirectional=False, num_buckets=32, max_distance=128)
     # later keys (d > 0) share bucket 0; 16 exact buckets, then 16 + int(log(|d|/16) / log(8) * 16), at most 31
     assert causal.tolist() == [0, 1, 0, 7, 8, 17, 0, 31, 0]
 
@@ -266,7 +266,7 @@ def test_relative_position_bias_is_the_table_row_of_each_bucket():
     table = model.nodes["n_n"].weight
     bias = model(torch.zeros(2, 5, 8))
     assert bias.shape == (1, 3, 5, 5)
-    buckets = _attention_layers.relative_buckets(
+    buckets = _position_layers.relative_buckets(
         torch.arange(5)[None, :] - torch.arange(5)[:, None], bidirectional=True, num_buckets=32, max_distance=128
     )
     assert torch.equal(bias[0], table[buckets].permute(2, 0, 1))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import hndl
-from hndl.torch import _attention_layers, _per_step
+from hndl.torch import _attention_layers, _per_step, _position_layers
 
 
 def llama(layers: int) -> hndl.GraphModule:
@@ -18,13 +18,13 @@ def llama(layers: int) -> hndl.GraphModule:
 
 def count_tables(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     made: list[int] = []
-    original = _attention_layers.Rotary.tables
+    original = _position_layers.Rotary.tables
 
     def counting(self, positions, dtype):  # type: ignore[no-untyped-def]
         made.append(1)
         return original(self, positions, dtype)
 
-    monkeypatch.setattr(_attention_layers.Rotary, "tables", counting)
+    monkeypatch.setattr(_position_layers.Rotary, "tables", counting)
     return made
 
 

@@ -21,6 +21,9 @@ What the cached variant changes, and nothing else:
   that ends the graph (the final norm and the head), so the prefill computes one token's logits;
 - growing: each attention's new keys and values are collected along dim 2 through the layers and come out as
   ``present_k``, ``present_v`` after the past.
+- for an ``sdpa`` decoder (:mod:`._sdpa_fold`): nodes that repeat an earlier one (same weightless op,
+  parameters and inputs: transformers' per-layer ``unsqueeze`` of one rotary table) and ``scale`` by 1 of a
+  floating value go, their readers taking the value they would have made bit for bit.
 
 Anything the variant would compute differently is refused (``E_INPUT`` naming the node and why): the cached call
 runs only the new tokens, so a node that mixes tokens other than through attention (a ``mean`` over T, a

@@ -21,7 +21,7 @@ The classes live in modules of one kind each and are re-exported here:
 
 from __future__ import annotations
 
-from ._attention_layers import SDPA, Attention, AttentionMask, RelativePositionBias, Rotary
+from ._attention_layers import SDPA, Attention, AttentionMask
 from ._extra_layers import GELUTanhFormula, GlobalResponseNorm, OffsetRMSNorm, PoolAtToken, QuickGELU  # noqa: F401
 from ._function_layers import (
     Add,
@@ -40,6 +40,7 @@ from ._function_layers import (
 )
 from ._fused_attention_layers import CrossAttention, SelfAttention
 from ._nn_variant_layers import GRU, LSTM, AlwaysDropout, DropPath, LayerNorm2d, LinearInOut
+from ._position_layers import RelativePositionBias, Rotary
 from ._sdpa_cache_layer import CachedSDPA  # noqa: F401
 from ._shape_layers import Concat, Expand, Pad, Permute, Reshape, Select, Slice, Split, Transpose
 from ._tensor_layers import (  # noqa: F401
