@@ -113,7 +113,8 @@ def node_ties(problems: ProblemList, g: Graph, node: Node, qual: str, prefix: st
         source = f" (from {excerpt(written)})" if written != when and isinstance(written, str) else ""
         problems.add(
             "E_PARAM",
-            f"the tie's 'when' must be true, false or a condition ('$name', '$not name', '$depth > 2'), got {excerpt(when)}" + source,
+            f"the tie's 'when' must be true, false or a condition ('$name', '$not name', '$depth > 2'), got {excerpt(when)}"
+            + source,
             node=qual,
             op=node.op,
             location=node.where("tie"),
