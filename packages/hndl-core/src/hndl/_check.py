@@ -81,6 +81,7 @@ class _Checker:
         self.active: list[str] = []  # subgraphs being checked, to catch a graph that uses itself
         self.budget = ValueBudget()  # what graph parameters may still expand to (MAX_BOUND_VALUES in all)
         self.producers: dict[str, CheckedNode] = {}  # value id -> the leaf node that makes it
+        self.whole: dict[str, frozenset[str]] = {}  # op name -> whole_keys of its OpDef (the same for every node)
 
     def check_root(self) -> CheckedGraph | None:
         """The top-level graph checked: its parameters and inputs, then the walk; ``None`` once a problem is
@@ -186,11 +187,16 @@ class _Checker:
         node_bindings = {**sizes, **bindings} if sizes else bindings
         for written in order_nodes(g, prefix, self.problems):
             qual = prefix + written.name
-            node = self._bind(written, node_bindings, qual, unknown)
+            found = registry.find(written.op) if isinstance(written.op, str) else None
+            node = self._bind(written, found, node_bindings, qual, unknown)
             in_ids: list[str | None] = []
             missing: list[int] = []  # positions of inputs that name a node left out
             for i, ref in enumerate(written.inputs):
-                if absent and isinstance(ref, str) and ref not in ids and split_ref(ref)[0] in absent:
+                # The common references answered as resolve_ref answers them, without the call: an input by name,
+                # then a node with one output (``ports`` holds only nodes that are there, never one left out).
+                if type(ref) is str and "." not in ref and (ref in ids or len(ports.get(ref, ())) == 1):
+                    in_ids.append(ids[ref] if ref in ids else ports[ref][0])
+                elif absent and isinstance(ref, str) and ref not in ids and split_ref(ref)[0] in absent:
                     missing.append(i)
                     in_ids.append(None)
                 else:
@@ -212,7 +218,8 @@ class _Checker:
             if node is not None and missing:
                 report_absent_reads(self.problems, written, qual, missing, absent)
                 node = None
-            opdef = resolve_op(written, qual, self.problems) if node is not None else None
+            # The op was looked up for the binding already; resolve_op looks again only to report it.
+            opdef = None if node is None else found if found is not None else resolve_op(written, qual, self.problems)
             if opdef is not None and not opdef.runs_subgraph:  # leaves, as the count before the walk counts them
                 self.size.count_node(qual)
             params = None
@@ -220,7 +227,10 @@ class _Checker:
                 params = validate_params(
                     node, opdef, qual, self.problems, allow_imports=g.allow_imports, sizes=sizes, unknown=unknown
                 )
-            count = output_count(opdef, params, self.library)
+            if opdef is not None and params is not None and opdef.count_outputs is None and not opdef.runs_subgraph:
+                count = len(opdef.outputs)  # what output_count answers for an op with a fixed number of outputs
+            else:
+                count = output_count(opdef, params, self.library)
             out_ids = [qual] if count == 1 else [f"{qual}.{i}" for i in range(count)]
             ports[written.name] = out_ids
             checked = None
@@ -230,7 +240,8 @@ class _Checker:
                 and opdef is not None
                 and params is not None
                 and None not in in_ids
-                and None not in in_types
+                # By identity: ``in`` would call TensorType's dataclass __eq__ once per input.
+                and not any(t is None for t in in_types)
             ):
                 try:
                     checked = self._check_node(node, opdef, params, in_ids, in_types, out_ids, prefix, path)  # type: ignore[arg-type]
@@ -298,11 +309,21 @@ class _Checker:
             declared_outputs=declared,
         )
 
-    def _bind(self, node: Node, bindings: Mapping[str, Any], qual: str, unknown: Mapping[str, str]) -> Node | None:
-        """``node`` with its graph-parameter references replaced by their values; ``None`` once reported.
-        ``unknown`` says why a symbol of the inputs' shapes that is no number cannot be used (a reason each)."""
-        opdef = registry.find(node.op) if isinstance(node.op, str) else None
-        bound, problems = bind_node(node, bindings, self.budget, unknown, whole_keys(opdef))
+    def _bind(
+        self, node: Node, opdef: OpDef | None, bindings: Mapping[str, Any], qual: str, unknown: Mapping[str, str]
+    ) -> Node | None:
+        """``node`` (of op ``opdef``, ``None`` when unknown) with its graph-parameter references replaced by their
+        values; ``None`` once reported. ``unknown`` says why a symbol of the inputs' shapes that is no number cannot
+        be used (a reason each)."""
+        if node.when is True and not node.tie and not node.params:
+            return node  # nothing that could hold a reference (bind_node's own first test; most nodes of a graph)
+        if opdef is None:
+            whole = whole_keys(None)
+        else:
+            whole = self.whole.get(opdef.name)  # type: ignore[assignment]
+            if whole is None:
+                whole = self.whole[opdef.name] = whole_keys(opdef)
+        bound, problems = bind_node(node, bindings, self.budget, unknown, whole)
         for key, reason, hint in problems:
             self.problems.add("E_PARAM", reason, node=qual, op=node.op, location=node.where(key), hint=hint)
         return None if problems else bound
@@ -395,8 +416,13 @@ class _Checker:
         )
         if opdef.runs_subgraph:
             return self._check_subgraph(node, checked, ports, report)
-        with collect_requirements() as checked.requires:
+        if opdef.infer is None and opdef.derive is None:
+            # Only an op's own infer or derive records a requirement (ops._common.require); matching its ports'
+            # patterns never does, so such an op (every element-wise one) keeps the empty list it was made with.
             inferred = infer_node(opdef, params, node.params.keys(), ports, report)
+        else:
+            with collect_requirements() as checked.requires:
+                inferred = infer_node(opdef, params, node.params.keys(), ports, report)
         if inferred is None:
             return None
         checked.params, checked.out_types = inferred

@@ -85,17 +85,22 @@ class WalkSize:
     def within_rank(self, checked: CheckedNode, node: Node, problems: ProblemList) -> bool:
         """Whether ``checked``'s outputs have at most :data:`MAX_RANK` dims (reported if not); counts them
         towards :data:`MAX_CHECKED_DIMS`, raising :class:`TooManyDims` past it."""
-        ranks = [len(t.shape) for t in checked.out_types if t.shape is not None]
-        if any(rank > MAX_RANK for rank in ranks):
+        total = highest = 0
+        for t in checked.out_types:
+            if t.shape is not None:
+                rank = len(t.shape)
+                total += rank
+                highest = max(highest, rank)
+        if highest > MAX_RANK:
             problems.add(
                 "E_SHAPE",
-                f"the output would have {max(ranks):,} dims, more than the {MAX_RANK} a shape may have",
+                f"the output would have {highest:,} dims, more than the {MAX_RANK} a shape may have",
                 node=checked.qualname,
                 op=checked.op,
                 location=node.where("in"),
             )
             return False
-        self.dims += sum(ranks) + 1  # a value without dims still costs as much as one
+        self.dims += total + 1  # a value without dims still costs as much as one
         if self.dims > MAX_CHECKED_DIMS:
             raise TooManyDims(checked.qualname)
         return True
@@ -130,10 +135,13 @@ def within_node_limit(root: Graph, library: Mapping[str, Graph], problems: Probl
         return resolve(value, bindings)[0] if is_reference(value) else value  # read, not copied
 
     def node_size(node: Node, active: tuple[str, ...], bindings: Mapping[str, Any]) -> int:
-        name, repeat = node.params.get("graph"), bound(node.params.get("repeat", 1), bindings)
+        name = node.params.get("graph")
+        if not isinstance(name, str) or name not in library:
+            return 1  # no subgraph use (nearly every node): asked first, before the op is looked up
         opdef = registry.find(node.op) if isinstance(node.op, str) else None
-        if opdef is None or not opdef.runs_subgraph or not isinstance(name, str) or name not in library:
+        if opdef is None or not opdef.runs_subgraph:
             return 1
+        repeat = bound(node.params.get("repeat", 1), bindings)
         if name in active:  # a cycle: reported by the walk
             return 1
         sub = library[name]

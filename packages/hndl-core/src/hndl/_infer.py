@@ -57,6 +57,13 @@ def bind_ports(opdef: OpDef, in_types: Sequence[TensorType], params: Mapping[str
 
     Required ports are always filled; the inputs beyond them fill the optional ports in declaration order.
     """
+    declared = opdef.inputs
+    if len(declared) == 1 and len(in_types) == 1:
+        # One port, always active, and one input (an activation, a norm, most nodes of a graph): the port takes
+        # it whether it is required, optional or variadic, as the general rule below would decide.
+        port = declared[0]
+        if port.when is None and not port.scalar:
+            return [(port, in_types[0])]
     ports = active_ports(opdef, params)
     if ports and ports[-1].variadic:
         last = len(ports) - 1
@@ -109,6 +116,11 @@ def infer_node(
             return None
         pattern = port.pattern
         if pattern is None or t.shape is None:
+            continue
+        if pattern.variadic == 0 and len(pattern.dims) == 1 and pattern.variadic_name not in env:
+            # ``[*shape]`` alone, its name not bound yet (the one input of every element-wise op): it matches any
+            # shape, open or not, and binds the name to the whole of it, which is all ShapePattern.match would do.
+            env[pattern.variadic_name] = tuple(t.shape)  # type: ignore[index]
             continue
         before = dict(env)  # matching binds as it goes; a fix is searched under the bindings it started from
         reason = pattern.match(t.shape, env)
@@ -196,7 +208,7 @@ def fixed_dims(opdef: OpDef, params: Params, in_types: Sequence[TensorType]) -> 
     ``D`` against ``in_features`` 16 passed, and nothing held the call to ``D = 16``: the caller turns these into
     input checks (:mod:`hndl._fixed_dims`). Inputs whose rank is open (``*name`` of a graph input) are skipped.
     """
-    if not any(p.pattern is not None and any(d is not None for d in p.pattern.dims) for p in opdef.inputs):
+    if not _names_dims(opdef):
         # Only a pattern's own entries fix a dim (``*name`` covers dims it never names): an element-wise op, most
         # of a graph, has none, and this spares it the binding and matching below on every check.
         return []
@@ -240,6 +252,22 @@ def fixed_dims(opdef: OpDef, params: Params, in_types: Sequence[TensorType]) -> 
     return found
 
 
+#: Per op (by id, with the op itself so that a reused id is not mistaken for it): whether any input pattern has
+#: an entry of its own (:func:`fixed_dims`). Asked of every node of every check; the answer never changes.
+_NAMES_DIMS: dict[int, tuple[OpDef, bool]] = {}
+
+
+def _names_dims(opdef: OpDef) -> bool:
+    known = _NAMES_DIMS.get(id(opdef))
+    if known is not None and known[0] is opdef:
+        return known[1]
+    answer = any(p.pattern is not None and any(d is not None for d in p.pattern.dims) for p in opdef.inputs)
+    if len(_NAMES_DIMS) >= 4096:  # ops made on the fly (tests) must not grow it without bound
+        _NAMES_DIMS.clear()
+    _NAMES_DIMS[id(opdef)] = (opdef, answer)
+    return answer
+
+
 def _pattern_env(opdef: OpDef, params: Params, report: Report) -> dict[str, Any] | None:
     """The names the op's patterns may use before any input is matched: int parameters and ``derive``'s."""
     env: dict[str, Any] = {}
@@ -258,8 +286,12 @@ def _pattern_env(opdef: OpDef, params: Params, report: Report) -> dict[str, Any]
 
 def _fill_inferred(opdef: OpDef, params: Params, env: Mapping[str, Any], report: Report) -> Params | None:
     """``params`` with each inferred parameter the node did not give read from the bound symbols."""
-    if isinstance(params, Params) and not any(p.inferred for p in opdef.params):
-        return params  # nothing to fill (Params is immutable: no copy needed)
+    if isinstance(params, Params):
+        for p in opdef.params:
+            if p.inferred:
+                break
+        else:
+            return params  # nothing to fill (Params is immutable: no copy needed)
     values = dict(params)
     for p in opdef.params:
         if not p.inferred or values.get(p.name) is not None:
@@ -308,6 +340,11 @@ def _instantiate_outputs(opdef: OpDef, params: Params, ports: BoundPorts, env: d
         if pattern is None:
             out_types.append(TensorType(None, dtype))
             continue
+        if pattern.variadic == 0 and len(pattern.dims) == 1:
+            # ``[*shape]`` alone (every element-wise op): the shape is what ``*shape`` bound, as instantiate gives.
+            bound = env.get(pattern.variadic_name)  # type: ignore[arg-type]
+            out_types.append(TensorType(None if bound is None else tuple(bound), dtype))
+            continue
         for d in pattern.dims:
             for s in free_symbols(d) if d is not None else ():
                 env.setdefault(s, unknown_dim())
@@ -335,7 +372,11 @@ def _dtype_reason(port: Port, t: TensorType, ports: BoundPorts) -> str:
 
 def _out_dtype(rule: str, ports: BoundPorts) -> str:
     if rule.startswith("same:"):
-        return next((t.dtype for p, t in ports if p.name == rule[5:]), "any")
+        name = rule[5:]
+        for p, t in ports:
+            if p.name == name:
+                return t.dtype
+        return "any"
     return rule
 
 

@@ -57,9 +57,16 @@ def meaning_warnings(checked: CheckedGraph) -> list[Problem]:
     kind = getattr(graph, "kind", None)
     fraction = _declared_fraction(graph.params)
     found: list[Problem] = []
+    # What the graph declares decides which ops can be warned about; with nothing declared (most graphs) there is
+    # nothing to hold any node to, and the walk below would cost every node of a large graph for nothing.
+    ops = (("attention", "sdpa") if kind in KINDS else ()) + (("attention", "rotary") if fraction is not None else ())
+    if not ops:
+        return found
     seen: set[str] = set()
     trace = _Trace(checked)
     for node in trace.leaves:
+        if node.op not in ops:
+            continue
         # A repeated block's nodes differ only by index: one warning names the first.
         key = _unindexed(node)
         if key in seen:

@@ -193,6 +193,10 @@ def _invalid(path: object, is_root: bool) -> str:
 
 def _check_overlaps(graph: Graph, is_root: bool, where: str, problems: ProblemList) -> None:
     """Two nodes at one path, or one node's layer at a path inside another's."""
+    if all(node.module_path is None for node in graph.nodes.values()):
+        # Every layer at n_<name> (in ``nodes`` at the root): node names differ, so these paths differ, and none
+        # lies inside another (``nodes`` itself belongs to no node). Most graphs; no table of paths needed.
+        return
     owners: dict[tuple[str, ...], list[str]] = {}
     for node in graph.nodes.values():
         if node.module_path is not None and _invalid(node.module_path, is_root):

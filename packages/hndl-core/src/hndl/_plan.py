@@ -133,4 +133,4 @@ def _flatten_into(cg: CheckedGraph, alias: dict[str, str], steps: list[Step], gr
             for out_id, value in zip(node.outputs, previous or []):
                 alias[out_id] = value
         else:
-            steps.append(Step(node, tuple(resolve(v) for v in node.inputs), tuple(node.outputs)))
+            steps.append(Step(node, tuple([alias.get(v, v) for v in node.inputs]), tuple(node.outputs)))

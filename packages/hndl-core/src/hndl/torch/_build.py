@@ -179,6 +179,8 @@ def tie_parameters(plan: Plan, nodes: nn.Module, problems: ProblemList) -> None:
     that differ (E_SHAPE, naming both nodes; the layouts must agree, torch ties no transposes) and two dtypes
     that differ (E_DTYPE: a layer fed float64 is built in float64, one fed float32 in float32).
     """
+    if not any(step.node.ties for step in plan.steps):
+        return  # nothing tied (most graphs): no need for the table of every layer below
     layers = {step.node.qualname: (step.node, _module_at(nodes, step.node.path)) for step in plan.steps}
     for step in plan.steps:
         node = step.node

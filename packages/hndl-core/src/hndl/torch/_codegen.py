@@ -85,7 +85,21 @@ def module_expr(path: Sequence[str]) -> str:
     """``self.nodes.n_blocks[0].n_attn`` (``self.model.layers[0].mlp.gate_proj``) for a node's path from the
     model: attribute access, which the check keeps unambiguous (a ``module_path`` part names no attribute of the
     module it is registered on; ``n_<name>`` is none either)."""
-    return "self" + "".join([f"[{int(k)}]" if k.isdecimal() and k.isascii() else f".{k}" for k in path])
+    return "self" + "".join([f"[{int(k)}]" if k.isdecimal() and k.isascii() else "." + k for k in path])
+
+
+#: Per step index, the global names the generated source gives its objects (``m3``, ``p3``, ``d3``, ``k3``,
+#: ``f3``): made once per index and process, as both the source and its binding name every one of them per step.
+_STEP_NAMES: list[tuple[str, str, str, str, str]] = []
+_names_lock = threading.Lock()
+
+
+def _step_names(count: int) -> list[tuple[str, str, str, str, str]]:
+    """``(m{i}, p{i}, d{i}, k{i}, f{i})`` for every ``i < count``."""
+    if len(_STEP_NAMES) < count:
+        with _names_lock:
+            _STEP_NAMES.extend((f"m{i}", f"p{i}", f"d{i}", f"k{i}", f"f{i}") for i in range(len(_STEP_NAMES), count))
+    return _STEP_NAMES
 
 
 #: A step's call form: through ``nn.Module.__call__`` (a hook, a compiled layer), or ``forward`` directly.
@@ -131,11 +145,16 @@ def compile_graph(
     names: dict[str, str] = {v: f"a{i}" for i, v in enumerate(plan.input_ids)}
     args = ", ".join(names[v] for v in plan.input_ids)
     k = len(plan.input_ids)
-    body: list[tuple[str, int]] = []  # (line, step index)
+    # The steps' lines, indented as they stand in ``execute``, and the step index of each. Built once per install
+    # (a rebuild of a graph built before only fetches its code below), so kept to a few string operations a step.
+    indent = "            "
+    body: list[str] = []
+    body_steps: list[int] = []
     unchecked_body: list[str] = []
     step_locals: list[tuple[str, ...]] = []
     counter = 0
     dead = _dead_after(plan)
+    step_names = _step_names(len(plan.steps))
     for i, step in enumerate(plan.steps):
         ins = tuple([names[v] for v in step.inputs])
         step_locals.append(ins)
@@ -152,31 +171,38 @@ def compile_graph(
         # ``m{i}.forward`` is looked up on every call, so the layer's current code runs: a class whose
         # ``forward`` was patched, a subclass swapped in. A hooked or compiled layer goes through ``__call__``.
         form = forms[i]
+        m, p, d, k_, f = step_names[i]
         if isinstance(form, Inline):
-            fields = {"x": call_args, "p": f"p{i}", "d": f"d{i}"}
-            for j, a in enumerate(ins):
-                fields[f"x{j}"] = a
+            fields = {"x": call_args, "p": p, "d": d}
+            if len(ins) == 1:
+                fields["x0"] = call_args
+            else:
+                for j, a in enumerate(ins):
+                    fields[f"x{j}"] = a
             template = form.template
             if i in in_place and form.in_place is not None:
                 written_into = in_place[i].operand
                 other = ins[1 - written_into] if len(ins) == 2 else ""
                 fields.update(t=ins[written_into], o=other, may=_may_write(i, in_place[i], ins[written_into]))
                 template = form.in_place
-            call = f"{template.format_map(fields)} if k{i}.forward is f{i} else m{i}.forward({call_args})"
+            call = f"{template.format_map(fields)} if {k_}.forward is {f} else {m}.forward({call_args})"
         elif form == CALL:
-            call = f"m{i}({call_args})"
+            call = f"{m}({call_args})"
         else:
-            call = f"m{i}.forward({call_args})"
+            call = f"{m}.forward({call_args})"
         node = step.node
-        body.append((f"{target} = {call}  # {_comment(node.op, node.qualname)}", i))
-        unchecked_body.append(f"{target} = {module_expr(node.path)}({call_args})")
-        if dead[i]:
+        body.append(f"{indent}{target} = {call}  # {_comment(node.op, node.qualname)}")
+        body_steps.append(i)
+        unchecked_body.append(f"    {target} = {module_expr(node.path)}({call_args})")
+        released = dead[i]
+        if released:
             # Drop each value right after the last step that reads it, as torch.fx does: a local would otherwise
             # keep every activation alive until ``return``. Deleted after the step, never before it, so a step
             # that raises still has its inputs in the frame for the failure report.
-            release = "del " + ", ".join([names[v] for v in dead[i]])
-            body.append((release, i))
-            unchecked_body.append(release)
+            release = "del " + (names[released[0]] if len(released) == 1 else ", ".join([names[v] for v in released]))
+            body.append(indent + release)
+            body_steps.append(i)
+            unchecked_body.append("    " + release)
     results = [names[v] for v in plan.output_ids]
     ret = results[0] if len(results) == 1 else "(" + ", ".join(results) + ("," if len(results) == 1 else "") + ")"
     sig = signature_source([names[v] for v in plan.input_ids])
@@ -205,7 +231,7 @@ def compile_graph(
     if in_place:
         lines.append("            nograd = not grad_enabled()")
     first = len(lines) + 1  # the line number of the first step's line
-    lines += [f"            {text}" for text, _index in body] or ["            pass"]
+    lines += body or [indent + "pass"]
     lines += [
         "        except Exception as exc:",
         "            fail(self, exc)",
@@ -214,7 +240,7 @@ def compile_graph(
         "    return validate(self, args, sig)",
         "",
         f"def unchecked(self{', ' + args if k else ''}):",
-        *[f"    {text}" for text in unchecked_body],
+        *unchecked_body,
         f"    return {ret}",
         "",
     ]
@@ -223,7 +249,7 @@ def compile_graph(
         hit = _cache.get(source)
     if hit is not None:
         return hit
-    line_map = {first + n: index for n, (_text, index) in enumerate(body)}
+    line_map = {first + n: index for n, index in enumerate(body_steps)}
     digest = hashlib.sha1(source.encode()).hexdigest()[:12]
     filename = f"<hndl generated: {label} {digest}>"
     module_code = compile(source, filename, "exec")
@@ -296,15 +322,17 @@ def bind_execute(
     namespace = dict(record)
     namespace.update(handlers)
     namespace["fail"] = partial(raise_failure, compiled, plan)
+    step_names = _step_names(len(leaves))
     for i, (module, form) in enumerate(zip(leaves, forms)):
+        m, p, d, k, f = step_names[i]
         # A missing module can only be met after validation, which reports it; never called before.
-        namespace[f"m{i}"] = _MISSING if module is None else calls[i]
+        namespace[m] = _MISSING if module is None else calls[i]
         if module is not None and isinstance(form, Inline):
             # Bound with the record: it compares these dicts by identity on every call (see ._inline).
-            namespace[f"p{i}"] = module._parameters
-            namespace[f"d{i}"] = module.__dict__
-            namespace[f"k{i}"] = type(module)
-            namespace[f"f{i}"] = form.original
+            namespace[p] = module._parameters
+            namespace[d] = module.__dict__
+            namespace[k] = type(module)
+            namespace[f] = form.original
     for i, step in in_place.items():
         namespace[f"q{i}"], namespace[f"g{i}"] = step.producer, step.producer_forward
     namespace["F"] = _functional

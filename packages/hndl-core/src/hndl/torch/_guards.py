@@ -57,7 +57,7 @@ from typing import Any
 import torch.nn.modules.module as _torch_module
 from torch import nn
 
-from ._state import true_dtype, true_size, walk_modules
+from ._state import true_dtype, true_size
 
 
 def _load_tensor_guards() -> Any:
@@ -319,12 +319,7 @@ def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
     """Snapshot ``root``'s tree (types, store dicts, their names and values), the hook dicts and instance dicts
     of the node modules ``leaves``, and the global hook dicts."""
     leaf_ids = {id(leaf) for leaf in leaves}
-    modules: list[nn.Module] = []
-    seen: set[int] = set()
-    for _path, module in walk_modules(root):
-        if id(module) not in seen:  # a module met on two paths (or serving two nodes) is compared once
-            seen.add(id(module))
-            modules.append(module)
+    modules = _distinct_modules(root)
     unroll = len(modules) <= UNROLL_LIMIT  # past the limit the precise form is inlined instead
     keyed: list[dict[Any, Any]] = []
     tensor_dicts: list[dict[Any, Any]] = []
@@ -333,15 +328,15 @@ def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
     live: list[dict[Any, Any]] = []
     slots: list[tuple[dict[Any, Any], str, Any]] = []  # (store dict, name, tensor)
     instance_dicts: list[dict[str, Any]] = []
+    store_ids: list[int] = []
     for module in modules:
-        hooks: tuple[dict[Any, Any], ...] = ()
         if id(module) in leaf_ids:
             instance_dicts.append(module.__dict__)
-            hooks = hook_dicts(module)
-        for h in hooks:
-            (live if h else empty).append(h)
+            for h in hook_dicts(module):
+                (live if h else empty).append(h)
         for attr in _STORES:
             store = getattr(module, attr)
+            store_ids.append(id(store))
             if not store:
                 empty.append(store)
             elif attr == "_modules":
@@ -363,7 +358,7 @@ def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
         modules=tuple(modules),
         types=tuple(map(type, modules)),
         module_dicts=tuple(m.__dict__ for m in modules),
-        store_ids=tuple(id(getattr(m, attr)) for m in modules for attr in _STORES),
+        store_ids=tuple(store_ids),
         live=tuple(live),
         copies=tuple(dict(h) for h in live),
         empty=tuple(empty),
@@ -389,6 +384,25 @@ def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
         tensor_ids=tuple(id(value) for *_, value in slots),
         counts=(len(modules), len(keyed), len(empty), len(slots)),
     )
+
+
+def _distinct_modules(root: nn.Module) -> list[nn.Module]:
+    """Every module of ``root``'s tree once, in the order :func:`._state.walk_modules` first meets it (depth first,
+    children in registration order): a module met on two paths (or serving two nodes) is compared once. Paths are
+    not made, since nothing here reads them; below a module met before, everything was met with it."""
+    modules: list[nn.Module] = []
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        modules.append(module)
+        children = [child for child in module._modules.values() if child is not None]
+        children.reverse()
+        stack += children
+    return modules
 
 
 def _unrolled_terms(modules: Sequence[nn.Module], leaf_ids: set[int], names: _Names, tensors: list[Any]) -> list[str]:

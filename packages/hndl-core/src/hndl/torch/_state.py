@@ -344,17 +344,15 @@ def _record_tree(
     """Add a slot for every module, parameter and buffer of ``root``'s tree, ``root`` being at dotted ``base``."""
     for sub, module in walk_built(root):
         path = f"{base}.{sub}" if base and sub else (base or sub)
-        node, op = _owner(path, owners)
+        node, op = owners[path] if path in owners else _owner(path, owners)
+        parameters, buffers = module._parameters, module._buffers
+        # Positional, in field order: taken for every module of every build.
         modules[path] = ModuleSlot(
-            path=path,
-            type=type(module),
-            parameters=tuple(module._parameters),
-            buffers=tuple(module._buffers),
-            children=tuple(module._modules),
-            node=node,
-            op=op,
+            path, type(module), tuple(parameters), tuple(buffers), tuple(module._modules), node, op
         )
-        for kind, store in (("parameter", module._parameters), ("buffer", module._buffers)):
+        if not parameters and not buffers:
+            continue  # no tensors (an activation, a container)
+        for kind, store in (("parameter", parameters), ("buffer", buffers)):
             for name, value in store.items():
                 full = f"{path}.{name}" if path else name
                 tensors[full] = TensorSlot(
