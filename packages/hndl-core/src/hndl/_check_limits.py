@@ -38,7 +38,7 @@ __all__ = [
 
 #: The most nodes a graph may expand to: its leaf nodes with subgraph repetitions expanded, and each repetition
 #: itself (a subgraph without nodes still costs a walk). ``repeat`` is at most 1,000 per node, but repetitions
-#: nest, and three levels of 1,000 would be a billion nodes to check and build. Checking costs about 40 us per
+#: nest, and three levels of 1,000 would be a billion nodes to check and build. Checking costs 10-20 us per
 #: node and a hostile spec of a few lines reaches the limit, so it is kept where a check takes well under a
 #: second; real models expand to hundreds or a few thousand nodes.
 MAX_EXPANDED_NODES = 20_000

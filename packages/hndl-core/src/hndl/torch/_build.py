@@ -71,7 +71,7 @@ def collection_paused() -> Iterator[None]:
 
     Why: a build allocates many long-lived containers (torch's ``Module.__init__`` alone makes a dozen dicts
     per layer), and each full collection rescans every one built so far, so with the collector on the time
-    per node grows with the graph (measured: 73 us at 1,000 nodes, 154 us at 10,000; ~2x). No setting that is
+    per node grows with the graph (measured when the pause came in: 73 us at 1,000 nodes, 154 us at 10,000; ~2x). No setting that is
     not process-wide avoids that: the collector's thresholds, ``gc.freeze`` and ``gc.disable`` are all global.
 
     Why it is safe: only *cyclic* collection pauses; reference counting frees everything else at once, in
