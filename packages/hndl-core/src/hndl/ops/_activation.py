@@ -18,6 +18,7 @@ from typing import Any
 
 from .._contracts import TensorType, format_shape
 from .._dims import dim_floordiv, format_dim
+from .._op_imports import layer_class
 from .._registry import ImportRow, InferError, Param, Params, Port, layer_of, op
 from ._common import open_at, open_index, provably_different
 
@@ -344,16 +345,13 @@ ACTIVATIONS: tuple[Activation, ...] = (
 
 
 def _register(row: Activation) -> None:
+    names = [param.name for param in row.params]  # made once per row, not per built layer
+
     def build(p: Params, inputs: Sequence[TensorType]) -> Any:
-        import importlib
-
-        import torch
-
         for (name, value), path in row.variants.items():
             if p[name] == value:
-                module, _, cls = path.rpartition(".")
-                return getattr(importlib.import_module(module), cls)()
-        return getattr(torch.nn, row.cls)(**{param.name: p[param.name] for param in row.params})
+                return layer_class(path)()
+        return layer_class(row.layers[0])(**{name: p[name] for name in names})
 
     build.__doc__ = row.doc
     changes_shape = row.name == "glu"
