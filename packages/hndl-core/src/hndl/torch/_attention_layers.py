@@ -24,6 +24,7 @@ from torch.nn import functional as F
 
 from .._errors import HndlError, Problem
 from ._per_step import PerStep, shared
+from ._position_layers import RelativePositionBias as RelativePositionBias  # pickles made before the split name it here
 from ._position_layers import Rotary
 
 __all__ = [
