@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 import hndl
-from hndl._graph_params import bind_node
 from hndl._infer import fixed_dims
+from hndl._param_binding import bind_node
 from hndl.torch import _guards
 from hndl.torch._activation_wrappers import is_activation_wrapper, unwrap
 

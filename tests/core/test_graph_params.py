@@ -412,7 +412,7 @@ def _python_value(value: Any) -> Any:
 @given(values=st.dictionaries(st.sampled_from(["shape", "kernel_size", "params", "kwargs"]), NESTED, max_size=3))
 def test_binding_replaces_every_reference_at_any_depth_and_nothing_else(values: dict[str, Any]) -> None:
     from hndl._graph import Node
-    from hndl._graph_params import bind_node
+    from hndl._param_binding import bind_node
 
     node = Node("n", "relu", [], values)
     bound, found = bind_node(node, PARAMS)
@@ -466,7 +466,7 @@ def test_a_top_level_input_dim_is_what_python_computes_from_the_parameters(width
 
 def test_a_python_value_that_holds_itself_is_bound_once_without_hanging() -> None:
     from hndl._graph import Node
-    from hndl._graph_params import bind_node
+    from hndl._param_binding import bind_node
 
     loop: list[Any] = ["$w"]
     loop += [loop, loop]  # each level twice: walked naively, 2**64 visits

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hndl
-from hndl._graph_params import resolve
+from hndl._param_binding import resolve
 
 # --- number expressions ---------------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import torch
 
 import hndl
 from hndl._errors import ProblemList
-from hndl._graph_params import resolve
+from hndl._param_binding import resolve
 from hndl._yaml_reader import read_yaml
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -358,7 +358,7 @@ def test_a_list_with_references_is_valid_to_the_schema_when_its_bound_value_is_t
     op: str, param: hndl.Param, value: Any, picks: list[bool]
 ) -> None:
     from hndl._graph import Node
-    from hndl._graph_params import bind_node
+    from hndl._param_binding import bind_node
 
     if not isinstance(value, list) or any(isinstance(item, str) and item.startswith("$") for item in value):
         return  # a string written with '$' is a reference by definition (§1.6), not a plain value

@@ -40,10 +40,11 @@ from ._dims import DimError, format_dim, free_symbols
 from ._errors import ProblemList
 from ._fixed_dims import input_fixed_dims
 from ._graph import Graph, Node, split_ref
-from ._graph_params import ValueBudget, bind_contract, bind_node, compute_params, seed_env, whole_keys
+from ._graph_params import bind_contract, seed_env
 from ._infer import BoundPorts, Report, active_ports, bind_ports, infer_node, input_count_words
 from ._meaning import HndlWarning, meaning_warnings
 from ._module_paths import check_module_paths, relative_path
+from ._param_binding import ValueBudget, bind_node, compute_params, whole_keys
 from ._position_limits import position_limits
 from ._registry import OpDef, Params, registry
 from ._resolve import check_subgraph_uses, order_nodes, output_count, resolve_op, resolve_ref, validate_params

@@ -16,7 +16,9 @@ from ._checked import CheckedGraph, CheckedNode
 from ._contracts import Contract
 from ._errors import Problem, ProblemList
 from ._graph import Graph, Node
-from ._graph_params import is_reference, repetition_uses, resolve
+from ._graph_params import repetition_uses
+from ._param_binding import resolve
+from ._param_expressions import is_reference
 from ._registry import registry
 from .naming import excerpt
 

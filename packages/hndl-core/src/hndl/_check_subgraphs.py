@@ -16,8 +16,9 @@ from typing import Any
 from ._checked import CheckedNode
 from ._contracts import TensorType, dtype_satisfies, format_shape
 from ._graph import Graph, Node
-from ._graph_params import ValueBudget, repetition_params, seed_env
+from ._graph_params import repetition_params, seed_env
 from ._infer import BoundPorts, Report
+from ._param_binding import ValueBudget
 from ._resolve import MAX_NESTING
 from .naming import excerpt, suggestion
 

@@ -13,7 +13,7 @@ stand anywhere in a parameter's value: the whole value, an item of a list (``sha
 ``kernel_size: [$k, $k]``) or a value inside a mapping (so a ``graph`` node can pass ``params: {width: $width}``
 on to a subgraph of its own), at any depth. Where an op's parameter holds integers, a whole float a reference
 gives is its integer (``"$d * 0.25"``), and any other float a problem. A node's ``when`` may be ``"$name"`` of
-a bool parameter. An input shape names an integer parameter as a dim (``[B, width, H, W]``), at the top level
+a bool parameter, or a condition (``"$not parallel"``, ``"$depth > 2"``). An input shape names an integer parameter as a dim (``[B, width, H, W]``), at the top level
 as in a subgraph.
 
 This module holds what a graph declares and passes (a repetition's values, input shapes that name parameters, the
@@ -34,25 +34,17 @@ from typing import Any
 from ._contracts import Contract, ShapePattern
 from ._dims import MAX_DIM, DimError, format_dim, free_symbols, substitute
 from ._graph import Graph
-from ._param_binding import ValueBudget, bind_node, compute_params, resolve, whole_keys
-from ._param_expressions import is_int, is_reference
+from ._param_binding import ValueBudget, compute_params
+from ._param_expressions import is_int
 from .naming import excerpt, suggestion
 
-# The checker (hndl._check) and the spec loader import these names from here, the module of graph parameters;
-# they live in the two modules above.
 __all__ = [
     "REPETITION",
-    "ValueBudget",
     "bind_contract",
-    "bind_node",
-    "compute_params",
-    "is_reference",
     "repetition_params",
     "repetition_uses",
-    "resolve",
     "seed_env",
     "size_parameters",
-    "whole_keys",
     "with_sizes",
 ]
 

@@ -13,7 +13,7 @@ from typing import Any
 from ._contracts import Contract, ShapePattern, parse_dtype_rule
 from ._errors import HndlError
 from ._graph import Graph
-from ._graph_params import is_reference
+from ._param_expressions import is_reference
 from ._spec_checks import SpecChecks, bounded
 from ._spec_dumper import flow_yaml
 from ._yaml_reader import Located, describe
