@@ -30,7 +30,6 @@ them on every call, since its layers are looked up as it runs. A block writes on
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import sys
 from collections import Counter
@@ -44,6 +43,7 @@ from torch import nn
 from .. import ops as _ops  # noqa: F401  (the built-in ops, whose declarations FRESH is derived from)
 from .._autograd_facts import saves
 from .._checked import CheckedNode
+from .._op_imports import layer_class
 from .._plan import Plan, Step
 from .._registry import OpDef, registry
 from . import layers
@@ -91,16 +91,12 @@ def layer_classes(paths: str | Sequence[str]) -> list[type]:
     names none."""
     found: list[type] = []
     for part in (paths,) if isinstance(paths, str) else paths:
-        path, _, name = part.rpartition(".")
-        if path.split(".")[0] not in ("torch", "hndl"):
+        if part.split(".")[0] not in ("torch", "hndl"):
             return []
         try:
-            cls = getattr(importlib.import_module(path), name)
+            found.append(layer_class(part))  # the builders' own resolver, cached
         except (ImportError, AttributeError, ValueError):
             return []
-        if not isinstance(cls, type):
-            return []
-        found.append(cls)
     return found
 
 
