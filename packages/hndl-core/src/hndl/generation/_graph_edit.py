@@ -4,6 +4,7 @@ order, references renamed; the readers of each value; the refusal every part of 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 from .._contracts import Contract
@@ -116,13 +117,18 @@ def insert_nodes(graph: Graph, before: str | None, nodes: list[Node], after: boo
     graph.nodes = dict(items[:at] + [(n.name, n) for n in nodes] + items[at:])
 
 
+def rewrite_refs(graph: Graph, move: Callable[[str], str]) -> None:
+    """Rewrite every reference of ``graph`` (node inputs, ``otherwise``, the outputs) as ``move`` gives it."""
+    for node in graph.nodes.values():
+        node.inputs = [move(r) for r in node.inputs]
+        if node.otherwise is not None:
+            node.otherwise = move(node.otherwise)
+    graph.outputs = [move(r) for r in graph.outputs]
+
+
 def rename_refs(graph: Graph, mapping: dict[str, str]) -> None:
     """Rewrite references: a whole reference found in ``mapping`` becomes its value."""
-    for node in graph.nodes.values():
-        node.inputs = [mapping.get(r, r) for r in node.inputs]
-        if node.otherwise is not None:
-            node.otherwise = mapping.get(node.otherwise, node.otherwise)
-    graph.outputs = [mapping.get(r, r) for r in graph.outputs]
+    rewrite_refs(graph, lambda r: mapping.get(r, r))
 
 
 def new_node(graph: Graph, op: str, base: str, inputs: list[str], **params: Any) -> Node:

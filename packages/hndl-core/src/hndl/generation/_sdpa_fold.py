@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._graph import Graph, split_ref
+from ._graph_edit import rewrite_refs
 from ._token_rules import ALONG_DIM, LAYOUT, PER_TOKEN
 
 __all__ = ["MERGEABLE", "drop_unit_scales", "merge_repeats"]
@@ -52,11 +53,7 @@ def _moved(ref: str, mapping: dict[str, str]) -> str:
 
 
 def _rename(graph: Graph, mapping: dict[str, str]) -> None:
-    for node in graph.nodes.values():
-        node.inputs = [_moved(r, mapping) for r in node.inputs]
-        if node.otherwise is not None:
-            node.otherwise = _moved(node.otherwise, mapping)
-    graph.outputs = [_moved(r, mapping) for r in graph.outputs]
+    rewrite_refs(graph, lambda r: _moved(r, mapping))
 
 
 def _key(node: Any) -> tuple[Any, ...]:
