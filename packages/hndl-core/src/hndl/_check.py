@@ -228,10 +228,7 @@ class _Checker:
                 params = validate_params(
                     node, opdef, qual, self.problems, allow_imports=g.allow_imports, sizes=sizes, unknown=unknown
                 )
-            if opdef is not None and params is not None and opdef.count_outputs is None and not opdef.runs_subgraph:
-                count = len(opdef.outputs)  # what output_count answers for an op with a fixed number of outputs
-            else:
-                count = output_count(opdef, params, self.library)
+            count = output_count(opdef, params, self.library)
             out_ids = [qual] if count == 1 else [f"{qual}.{i}" for i in range(count)]
             ports[written.name] = out_ids
             checked = None
