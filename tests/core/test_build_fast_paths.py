@@ -32,12 +32,14 @@ _FACTS = (
     "modules",
     "types",
     "module_dicts",
-    "store_ids",
+    "parameter_stores",
+    "buffer_stores",
+    "module_stores",
     "live",
     "copies",
     "empty",
     "submodules",
-    "submodule_ids",
+    "submodule_values",
     "keyed",
     "keys",
     "tensors",
@@ -126,3 +128,29 @@ def test_requirements_are_collected_for_each_node_and_only_for_it():
     wide, act = hndl.check(g).nodes
     assert [str(r) for r in wide.requires] == ["H >= 7", "W >= 7"]
     assert act.requires == []
+
+
+def _pair(first_op: str, swap_inputs: bool = False) -> hndl.Graph:
+    g = hndl.Graph("pair")
+    a = g.input("a", ("B", 4))
+    b = g.input("b", ("B", 4))
+    h = g.add(first_op, a, name="h")
+    g.output(g.add("sub", [b, h] if swap_inputs else [h, b], name="out"))
+    return g
+
+
+def test_a_rebuild_finds_its_code_by_what_the_source_is_made_from_and_nothing_else():
+    # The second index of the code cache keys an entry by the plan's steps, forms and in-place modes instead of
+    # the source text: a rebuild shares the code object; a graph that differs in any of them gets its own.
+    from hndl.torch._runtime import runtime_of
+
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    first, again = hndl.build(_pair("relu")), hndl.build(_pair("relu"))
+    assert runtime_of(again).compiled is runtime_of(first).compiled
+    other_op = hndl.build(_pair("tanh"))
+    swapped = hndl.build(_pair("relu", swap_inputs=True))
+    assert runtime_of(other_op).compiled is not runtime_of(first).compiled
+    assert runtime_of(swapped).compiled is not runtime_of(first).compiled
+    assert torch.equal(first(a, b), torch.relu(a) - b)
+    assert torch.equal(other_op(a, b), torch.tanh(a) - b)
+    assert torch.equal(swapped(a, b), b - torch.relu(a))

@@ -50,8 +50,19 @@ def unknown_dim() -> Poly:
 
 
 def is_unknown(d: Any) -> bool:
-    """Whether ``d`` depends on a dimension inference could not determine."""
-    return isinstance(d, Poly) and any(s.startswith("?") for s in free_symbols(d))
+    """Whether ``d`` depends on a dimension inference could not determine (a symbol named ``?<n>``).
+
+    Walks the terms without collecting ``free_symbols``' set: a build asks this of every dim of every step."""
+    if not isinstance(d, Poly):
+        return False
+    for monomial, _ in d.terms:
+        for atom in monomial:
+            if isinstance(atom, str):
+                if atom.startswith("?"):
+                    return True
+            elif is_unknown(atom.num) or is_unknown(atom.den):
+                return True
+    return False
 
 
 def never_equal(a: Any, b: Any) -> bool:

@@ -46,7 +46,7 @@ from __future__ import annotations
 import itertools
 import operator
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import chain, repeat
@@ -138,14 +138,20 @@ TENSOR_FACTS: tuple[Guard, ...] = (
 _STORES = "_parameters", "_buffers", "_modules"
 PRECISE: tuple[Guard, ...] = (
     Guard("tuple(map(type, modules)) == types", "a module's __class__ swapped"),
+    # Identity by ``operator.is_`` against the recorded dicts, one single-key pass per store: no ``id`` int is
+    # made and no 3-tuple per module (a third of the former ``tuple(map(id, ...)) == ids`` pass's cost at 450
+    # modules). The passes cannot run short: each maps the recorded tuple of instance dicts.
     Guard(
-        "tuple(map(id, chain_values(map(stores_of, module_dicts)))) == store_ids",
+        "all(map(is_, map(parameters_of, module_dicts), parameter_stores))"
+        " and all(map(is_, map(buffers_of, module_dicts), buffer_stores))"
+        " and all(map(is_, map(modules_of, module_dicts), module_stores))",
         "a whole _parameters, _buffers or _modules dict replaced (m._parameters = {...})",
     ),
     Guard("live == copies", "a hook added to or removed from a non-empty hook dict"),
     Guard("not any(empty)", "an entry added to a dict that was empty (a hook, a parameter, a submodule)"),
+    # As many values as recorded while the names guard below holds (the conjunction is false otherwise).
     Guard(
-        "tuple(map(id, chain_values(map(dict_values, submodules)))) == submodule_ids",
+        "all(map(is_, chain_values(map(dict_values, submodules)), submodule_values))",
         "a submodule replaced or set to None (by identity: a submodule whose __eq__ lies is still seen)",
     ),
     Guard("tuple(map(tuple, keyed)) == keys", "a name added, removed or renamed, or a reorder, in a store dict"),
@@ -161,7 +167,9 @@ PRECISE: tuple[Guard, ...] = (
 _HELPERS: dict[str, Any] = {
     "chain_values": chain.from_iterable,
     "dict_values": dict.values,
-    "stores_of": itemgetter(*_STORES),
+    "parameters_of": itemgetter("_parameters"),
+    "buffers_of": itemgetter("_buffers"),
+    "modules_of": itemgetter("_modules"),
     "endless_none": repeat(None),
     "is_": operator.is_,
     "present": partial(operator.is_not, None),
@@ -239,6 +247,20 @@ class StoresRecord:
     tensor_slots: tuple[tuple[dict[Any, Any], str], ...]  # (store dict, name) of each registered tensor
     tensor_ids: tuple[int, ...]  # which tensor objects were registered (ids only: no tensor is held)
     counts: tuple[int, int, int, int]  # modules, non-empty store dicts, empty dicts, tensors
+
+    @property
+    def modules(self) -> tuple[nn.Module, ...]:
+        """Every module of the recorded tree, once each."""
+        modules: tuple[nn.Module, ...] = self.namespace["modules"]
+        return modules
+
+    def parameters(self) -> Iterator[Any]:
+        """The registered parameters of the recorded tree (each store's values that are not None), as
+        ``module.parameters()`` lists them but with a tied one once per place."""
+        for store in self.namespace["parameter_stores"]:
+            for value in store.values():
+                if value is not None:
+                    yield value
 
     @property
     def fast(self) -> str:
@@ -328,7 +350,7 @@ def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
     live: list[dict[Any, Any]] = []
     slots: list[tuple[dict[Any, Any], str, Any]] = []  # (store dict, name, tensor)
     instance_dicts: list[dict[str, Any]] = []
-    store_ids: list[int] = []
+    stores: dict[str, list[dict[Any, Any]]] = {attr: [] for attr in _STORES}  # each module's, per attribute
     for module in modules:
         if id(module) in leaf_ids:
             instance_dicts.append(module.__dict__)
@@ -336,7 +358,7 @@ def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
                 (live if h else empty).append(h)
         for attr in _STORES:
             store = getattr(module, attr)
-            store_ids.append(id(store))
+            stores[attr].append(store)
             if not store:
                 empty.append(store)
             elif attr == "_modules":
@@ -358,12 +380,14 @@ def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
         modules=tuple(modules),
         types=tuple(map(type, modules)),
         module_dicts=tuple(m.__dict__ for m in modules),
-        store_ids=tuple(store_ids),
+        parameter_stores=tuple(stores["_parameters"]),
+        buffer_stores=tuple(stores["_buffers"]),
+        module_stores=tuple(stores["_modules"]),
         live=tuple(live),
         copies=tuple(dict(h) for h in live),
         empty=tuple(empty),
         submodules=tuple(submodules),
-        submodule_ids=tuple(id(v) for d in submodules for v in d.values()),
+        submodule_values=tuple(v for d in submodules for v in d.values()),
         keyed=tuple(keyed),
         keys=tuple(tuple(d) for d in keyed),
         tensors=tuple(tensor_dicts),

@@ -35,6 +35,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import torch
@@ -161,13 +162,23 @@ def keeps_no_output(node: CheckedNode) -> bool:
 # --- which operand ------------------------------------------------------------------------------------------------
 
 
+def reader_counts(steps: Sequence[Step]) -> Counter[str]:
+    """How many step inputs read each value."""
+    return Counter(chain.from_iterable(step.inputs for step in steps))
+
+
 def chosen_operands(
-    steps: Sequence[Step], boundary: Sequence[str], usable: Callable[[int], bool] | None = None
+    steps: Sequence[Step],
+    boundary: Sequence[str],
+    usable: Callable[[int], bool] | None = None,
+    readers: Counter[str] | None = None,
 ) -> list[tuple[int, int]]:
     """Per step, ``(operand, producer)``: the input it would write into and the position of the step that made
     it, or ``(-1, -1)`` (the first part of the rule in the module docstring). ``usable(producer)`` may rule out a
-    producer the caller already knows to be observed."""
-    readers = Counter(v for step in steps for v in step.inputs)
+    producer the caller already knows to be observed; ``readers``: :func:`reader_counts` of ``steps``, where
+    the caller has it."""
+    if readers is None:
+        readers = reader_counts(steps)
     outside = set(boundary)
     made_by: dict[str, int] = {}
     found: list[tuple[int, int]] = []
@@ -242,9 +253,10 @@ def in_place_steps(
     output). A layer that returns a new tensor or its input itself (a ReLU a user may set ``inplace``, dropout and
     ``drop_path`` in eval mode: :func:`passing_layers`) makes its output private when its input is; such a
     producer allows the write with no gradient recorded only."""
-    private = _private_values(plan, leaves, observed_steps)
+    readers = reader_counts(plan.steps)
+    private = _private_values(plan, leaves, observed_steps, readers)
     boundary = (*plan.input_ids, *plan.output_ids)
-    chosen = chosen_operands(plan.steps, boundary, lambda p: plan.steps[p].outputs[0] in private)
+    chosen = chosen_operands(plan.steps, boundary, lambda p: plan.steps[p].outputs[0] in private, readers)
     found: dict[int, InPlace] = {}
     for i, (operand, producer) in enumerate(chosen):
         if operand < 0 or getattr(forms[i], "in_place", None) is None or observed_steps[i]:
@@ -257,10 +269,11 @@ def in_place_steps(
     return found
 
 
-def _private_values(plan: Plan, leaves: Sequence[Any], observed_steps: Sequence[bool]) -> set[str]:
+def _private_values(
+    plan: Plan, leaves: Sequence[Any], observed_steps: Sequence[bool], readers: Counter[str]
+) -> set[str]:
     """The values made new (or passed on from a private value) by an unobserved layer and read once, by a step
     that is not a graph output: in step order, so a passing layer sees its input's answer."""
-    readers = Counter(v for step in plan.steps for v in step.inputs)
     outputs = set(plan.output_ids)
     private: set[str] = set()
     for i, (step, module) in enumerate(zip(plan.steps, leaves)):

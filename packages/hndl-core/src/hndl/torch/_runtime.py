@@ -36,7 +36,6 @@ from ._in_place import in_place_steps
 from ._inline import Inline, inline_for
 from ._per_step import PerStep, adopt
 from ._signatures import SignatureCache
-from ._state import walk_modules
 from ._symbolic import SymbolicCheck, proven_for_all_bindings
 from ._validate import check_declared_outputs, check_inputs, check_state, parameter_dtype, run_checked
 
@@ -205,14 +204,15 @@ def install(
     unchecked = current.unchecked if current is not None and current.compiled is compiled else None
     if unchecked is None:
         unchecked = make_function(compiled.unchecked, {})
-    shared["owned"] = _hooks.own(model, (m for _p, m in walk_modules(model)), shared["owned"])
+    # The record walked the tree already: its modules are the tree's, each once.
+    shared["owned"] = _hooks.own(model, stores.modules, shared["owned"])
     model.__dict__["_runtime"] = Runtime(
         stores=stores,
         execute=execute,
         unchecked=unchecked,
         compiled=compiled,
         verified=verified,
-        model_dtype=parameter_dtype(model),
+        model_dtype=parameter_dtype(model, stores.parameters()),
         forms=forms,
         plan=plan,
         **shared,

@@ -7,7 +7,7 @@ GraphModule raise them as one :class:`~hndl.HndlError` at the boundary.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -179,11 +179,14 @@ def _all_nodes(checked: CheckedGraph) -> list[CheckedNode]:
 _CONVERT = {"float32": "float", "float64": "double", "float16": "half", "bfloat16": "bfloat16"}
 
 
-def parameter_dtype(module: nn.Module) -> tuple[torch.dtype, ...] | None:
+def parameter_dtype(
+    module: nn.Module, parameters: Iterable[torch.Tensor] | None = None
+) -> tuple[torch.dtype, ...] | None:
     """The floating dtypes an input declared ``float`` may have: first the one floating dtype all of
     ``module``'s floating parameters share, then any dtype FSDP2's mixed precision computes them in (its units
-    cast their floating inputs to it). None when the parameters have no floating dtype, or several."""
-    found = {p.dtype for p in module.parameters() if p.is_floating_point()}
+    cast their floating inputs to it). None when the parameters have no floating dtype, or several.
+    ``parameters``: ``module``'s, where the caller has them at hand (the stores record's)."""
+    found = {p.dtype for p in (module.parameters() if parameters is None else parameters) if p.is_floating_point()}
     if len(found) != 1:
         return None
     (own,) = found
