@@ -18,6 +18,7 @@ from typing import Any
 
 from .._contracts import TensorType, format_shape
 from .._dims import dim_floordiv, format_dim
+from .._layer_copies import make_layer
 from .._op_imports import layer_class
 from .._registry import ImportRow, InferError, Param, Params, Port, layer_of, op
 from ._common import open_at, open_index, provably_different
@@ -350,8 +351,8 @@ def _register(row: Activation) -> None:
     def build(p: Params, inputs: Sequence[TensorType]) -> Any:
         for (name, value), path in row.variants.items():
             if p[name] == value:
-                return layer_class(path)()
-        return layer_class(row.layers[0])(**{name: p[name] for name in names})
+                return make_layer(layer_class(path))
+        return make_layer(layer_class(row.layers[0]), **{name: p[name] for name in names})
 
     build.__doc__ = row.doc
     changes_shape = row.name == "glu"

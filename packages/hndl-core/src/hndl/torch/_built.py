@@ -15,7 +15,7 @@ from torch import nn
 
 from .._graph import Graph
 from .._plan import Plan
-from ._activation_wrappers import unwrap
+from ._activation_wrappers import WRAPPED, unwrap
 from ._state import BuildState
 
 __all__ = ["BuiltModel"]
@@ -67,5 +67,8 @@ class BuiltModel(nn.Module):
         for key in path:
             if module is None:
                 return None
-            module = unwrap(module)._modules.get(key)
+            children = module._modules
+            if WRAPPED in children:  # only then can it be a wrapper: the full test is for those few
+                children = unwrap(module)._modules
+            module = children.get(key)
         return module

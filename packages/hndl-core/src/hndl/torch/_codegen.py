@@ -13,8 +13,9 @@ inside it be reported by node. Two functions are generated per graph, from its :
     every leaf step: a step calls ``module.forward`` directly (looked up on every call, so a patched class or a
     swapped-in subclass runs its current code), skipping ``nn.Module.__call__``, unless the module has a
     forward/backward hook or was compiled with ``Module.compile()``, or the process has a global hook: then it
-    calls the module. A few standard layers (:mod:`._inline`: Linear, ReLU, GELU, LayerNorm, hndl's Add) have
-    their forward written out while their class's ``forward`` is the one it was written from; an add may write
+    calls the module. A few standard layers (:mod:`._inline`: Linear, ReLU, GELU, LayerNorm, hndl's Add, the
+    weightless shape layers) have their forward written out while their class's ``forward`` is the one it was
+    written from (and the template's ``when`` condition, if any, holds on the call); an add may write
     into a private input, and a ReLU too while gradients are recorded (:mod:`._in_place`'s rule, tested on the
     call by ``nograd``, ``alone`` and ``alone_grad``). Each value's local is deleted right after the
     last step that reads it. Anything else goes to ``validate``. The modules, the record's objects and the
@@ -28,7 +29,8 @@ inside it be reported by node. Two functions are generated per graph, from its :
 
 Compiled code objects are shared by every GraphModule whose generated source is identical (a deep copy, a
 rebuild of the same graph) through a small bounded cache keyed by the source text; it holds code, never a
-module.
+module. A second index keys the same entries by what the source is made from (``_source_key``: per step the
+node, its value ids, its form and in-place modes), so a rebuild finds its code without writing the source out.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ __all__ = [
 
 _CACHE_SIZE = 64
 _cache: dict[str, Compiled] = {}
+# The same entries by what their source was made from (``_source_key``), each with the forms its key names.
+_by_key: dict[tuple[Any, ...], tuple[Compiled, tuple[Inline, ...]]] = {}
 _cache_lock = threading.Lock()
 
 
@@ -133,7 +137,7 @@ def compile_graph(
         forms: per step, how the fast path calls its layer: :data:`CALL` (``m3(...)``, through
             ``nn.Module.__call__``: a hook, a compiled layer), :data:`FORWARD` (``m3.forward(...)``), or the
             layer's forward written out (an :class:`._inline.Inline`), guarded by ``k3.forward is f3`` so a
-            patched class runs its own code.
+            patched class runs its own code, and by the template's ``when`` condition where it has one.
         in_place: the steps that may write into an input (:func:`._in_place.in_place_steps`); their line tests
             ``nograd`` (computed once per call) against the step's modes, that the input's producer ``q3`` still
             has the ``forward`` ``g3`` it was judged by, and that nothing but this frame holds the input
@@ -142,6 +146,13 @@ def compile_graph(
         signature: the signature condition, as source (:func:`._guards.signature_guard`).
         label: a readable name for the fake file (the graph name).
     """
+    key = _source_key(plan, forms, in_place, stores, signature, label)
+    with _cache_lock:
+        entry = _by_key.get(key)
+    if entry is not None:
+        # Its source may have left the source cache (and linecache with it) while this key stayed.
+        _show_source(entry[0])
+        return entry[0]
     names: dict[str, str] = {v: f"a{i}" for i, v in enumerate(plan.input_ids)}
     args = ", ".join(names[v] for v in plan.input_ids)
     k = len(plan.input_ids)
@@ -185,7 +196,10 @@ def compile_graph(
                 other = ins[1 - written_into] if len(ins) == 2 else ""
                 fields.update(t=ins[written_into], o=other, may=_may_write(i, in_place[i], ins[written_into]))
                 template = form.in_place
-            call = f"{template.format_map(fields)} if {k_}.forward is {f} else {m}.forward({call_args})"
+            guard = f"{k_}.forward is {f}"
+            if form.when is not None:  # a branch of forward the template does not write out calls forward
+                guard = f"{guard} and ({form.when.format_map(fields)})"
+            call = f"{template.format_map(fields)} if {guard} else {m}.forward({call_args})"
         elif form == CALL:
             call = f"{m}({call_args})"
         else:
@@ -248,6 +262,7 @@ def compile_graph(
     with _cache_lock:
         hit = _cache.get(source)
     if hit is not None:
+        _remember(key, hit, forms)
         return hit
     line_map = {first + n: index for n, index in enumerate(body_steps)}
     digest = hashlib.sha1(source.encode()).hexdigest()[:12]
@@ -255,14 +270,65 @@ def compile_graph(
     module_code = compile(source, filename, "exec")
     codes = {c.co_name: c for c in module_code.co_consts if isinstance(c, types.CodeType)}
     compiled = Compiled(filename, source, codes["execute"], codes["unchecked"], line_map, tuple(step_locals))
-    # mtime None: linecache.checkcache keeps entries that have no file behind them.
-    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    _show_source(compiled)
     with _cache_lock:
         if len(_cache) >= _CACHE_SIZE:
             old = _cache.pop(next(iter(_cache)))
             linecache.cache.pop(old.filename, None)
         _cache[source] = compiled
+    _remember(key, compiled, forms)
     return compiled
+
+
+def _show_source(compiled: Compiled) -> None:
+    """Register the generated source with :mod:`linecache` (tracebacks and debuggers show its lines), unless it is.
+    mtime None: ``linecache.checkcache`` keeps entries that have no file behind them."""
+    if compiled.filename not in linecache.cache:
+        source = compiled.source
+        linecache.cache[compiled.filename] = (len(source), None, source.splitlines(keepends=True), compiled.filename)
+
+
+def _source_key(
+    plan: Plan,
+    forms: Sequence[str | Inline],
+    in_place: Mapping[int, InPlace],
+    stores: Sequence[str],
+    signature: str,
+    label: str,
+) -> tuple[Any, ...]:
+    """Everything the generated source is made from, as a hashable key: equal keys make equal sources. A rebuild
+    of a graph built before finds its code by this key without writing the source out again (writing ~1,000
+    steps' lines is most of what a cached build spent here). Per step: the node's op, name and path (the comment
+    and ``unchecked``'s module expression), its value ids, its form and its in-place modes, and which values die
+    after which step (``plan.last_use``). A written-out form is keyed by identity (an ``Inline`` hashes by value
+    through Python code, ~1 us a step): the entry keeps the forms alive, so no other object takes their ids while
+    the key exists."""
+    steps = tuple(
+        [
+            (
+                step.node.op,
+                step.node.qualname,
+                step.node.path,
+                step.inputs,
+                step.outputs,
+                form if isinstance(form, str) else id(form),
+                None if (ip := in_place.get(i)) is None else (ip.operand, ip.without_grad, ip.with_grad),
+            )
+            for i, (step, form) in enumerate(zip(plan.steps, forms))
+        ]
+    )
+    lives = tuple(plan.last_use.items())
+    return (label, signature, tuple(stores), tuple(plan.input_ids), tuple(plan.output_ids), lives, steps)
+
+
+def _remember(key: tuple[Any, ...], compiled: Compiled, forms: Sequence[str | Inline]) -> None:
+    """Index ``compiled`` (already in the source cache) under ``key`` too, in a cache as bounded as that one,
+    holding the written-out forms whose ids the key names."""
+    held = tuple({id(f): f for f in forms if not isinstance(f, str)}.values())
+    with _cache_lock:
+        if len(_by_key) >= _CACHE_SIZE:
+            _by_key.pop(next(iter(_by_key)))
+        _by_key[key] = (compiled, held)
 
 
 def _comment(op: str, qualname: str) -> str:
@@ -317,7 +383,8 @@ def bind_execute(
     step calls: ``calls[i]``, the layer or the checkpointing step around it) and, for a written-out layer, its
     ``_parameters`` ``p{i}``, ``__dict__`` ``d{i}``, class ``k{i}`` and judged ``forward`` ``f{i}``; per in-place
     step its input's producer ``q{i}`` and that one's judged ``forward`` ``g{i}``; the model's handlers
-    (``sigs``, ``bind``, ``validate``, ``admit``, ``settle``), and ``fail``, which reports a failing line by node.
+    (``sigs``, ``bind``, ``validate``, ``admit``, ``settle``), ``fail``, which reports a failing line by node,
+    and the modules the written-out layers call into (``F``, ``torch``).
     ``plan`` is the plan the source was generated from (``leaves`` and ``calls`` are per step of it)."""
     namespace = dict(record)
     namespace.update(handlers)
@@ -336,6 +403,7 @@ def bind_execute(
     for i, step in in_place.items():
         namespace[f"q{i}"], namespace[f"g{i}"] = step.producer, step.producer_forward
     namespace["F"] = _functional
+    namespace["torch"] = torch  # torch.cat, torch.matmul: looked up per call, as the layers' forward does
     namespace["grad_enabled"] = torch.is_grad_enabled
     namespace["alone"] = sole_owner
     namespace["alone_grad"] = sole_owner_with_grad

@@ -4,7 +4,9 @@
 ``_shape``).
 
 A function is named by a dotted string (``"torch.exp"``, ``"operator.sub"``), resolved once at construction by
-:func:`function`, so the layer's repr says what it computes and the fast path can write the call out.
+:func:`function`, so the layer's repr says what it computes and the fast path can write the call out. All but
+``Where`` are written out (:mod:`._inline`'s table): a change to one of their ``forward`` methods is a change to
+its template there too (``tests/core/test_runtime_inline.py`` compares the two).
 """
 
 from __future__ import annotations

@@ -350,24 +350,32 @@ def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
     live: list[dict[Any, Any]] = []
     slots: list[tuple[dict[Any, Any], str, Any]] = []  # (store dict, name, tensor)
     instance_dicts: list[dict[str, Any]] = []
-    stores: dict[str, list[dict[Any, Any]]] = {attr: [] for attr in _STORES}  # each module's, per attribute
+    # Each module's store dicts, per attribute (in _STORES' order, which the lists below follow per module).
+    parameter_stores: list[dict[Any, Any]] = []
+    buffer_stores: list[dict[Any, Any]] = []
+    module_stores: list[dict[Any, Any]] = []
     for module in modules:
+        state = module.__dict__
         if id(module) in leaf_ids:
-            instance_dicts.append(module.__dict__)
+            instance_dicts.append(state)
             for h in hook_dicts(module):
                 (live if h else empty).append(h)
-        for attr in _STORES:
-            store = getattr(module, attr)
-            stores[attr].append(store)
-            if not store:
-                empty.append(store)
-            elif attr == "_modules":
-                keyed.append(store)
-                submodules.append(store)
-            else:
+        parameters, buffers, children = state["_parameters"], state["_buffers"], state["_modules"]
+        parameter_stores.append(parameters)
+        buffer_stores.append(buffers)
+        module_stores.append(children)
+        for store in (parameters, buffers):
+            if store:
                 keyed.append(store)
                 tensor_dicts.append(store)
                 slots += [(store, key, value) for key, value in store.items() if value is not None]
+            else:
+                empty.append(store)
+        if children:
+            keyed.append(children)
+            submodules.append(children)
+        else:
+            empty.append(children)
     for h in GLOBAL_HOOK_DICTS:
         (live if h else empty).append(h)
     names = _Names(enabled=unroll)
@@ -380,9 +388,9 @@ def take_record(root: nn.Module, leaves: Sequence[nn.Module]) -> StoresRecord:
         modules=tuple(modules),
         types=tuple(map(type, modules)),
         module_dicts=tuple(m.__dict__ for m in modules),
-        parameter_stores=tuple(stores["_parameters"]),
-        buffer_stores=tuple(stores["_buffers"]),
-        module_stores=tuple(stores["_modules"]),
+        parameter_stores=tuple(parameter_stores),
+        buffer_stores=tuple(buffer_stores),
+        module_stores=tuple(module_stores),
         live=tuple(live),
         copies=tuple(dict(h) for h in live),
         empty=tuple(empty),
@@ -423,9 +431,7 @@ def _distinct_modules(root: nn.Module) -> list[nn.Module]:
             continue
         seen.add(id(module))
         modules.append(module)
-        children = [child for child in module._modules.values() if child is not None]
-        children.reverse()
-        stack += children
+        stack += [child for child in reversed(module._modules.values()) if child is not None]
     return modules
 
 

@@ -10,13 +10,26 @@ the layer's instance dict, where ``forward`` would have found them:
 ``F.linear(a0, p0['weight'], p0['bias']) if k0.forward is f0 else m0.forward(a0)``
 
 ``p0``/``d0`` are the layer's ``_parameters`` and ``__dict__``, bound when the stores record is taken (the record
-compares them by identity on every call, so a replaced store dict never reaches this line). ``F`` is looked up
-at call time, as ``forward`` does. The test ``k0.forward is f0`` keeps the class's current code authoritative: a
-patched ``Linear.forward`` (or one patched before the build) runs instead. A layer is written out only when its
-class is exactly one of the table's (a subclass, e.g. a parametrized or FSDP2 layer, calls its own
-``forward``), it has no hook and was not compiled (those go through ``__call__``), its instance dict has no
-``forward`` of its own, and each name the template reads is where ``forward`` would find it (a parameter
-deleted and put back as a buffer is left to ``forward``).
+compares them by identity on every call, so a replaced store dict never reaches this line). ``F.linear``
+(``torch.cat``) is looked up at call time, as ``forward`` does. The test ``k0.forward is f0`` keeps the class's
+current code authoritative: a patched ``Linear.forward`` (or one patched before the build) runs instead. A
+layer is written out only when its class is exactly one of the table's (a subclass, e.g. a parametrized or
+FSDP2 layer, calls its own ``forward``), it has no hook and was not compiled (those go through ``__call__``),
+its instance dict has no ``forward`` of its own, and each name the template reads is where ``forward`` would
+find it (a parameter deleted and put back as a buffer is left to ``forward``).
+
+The weightless layers that rearrange or convert a tensor (reshape, transpose, permute, select, slice, expand,
+concat, pad, mean, cast, ``type_as``, scale, matmul), the ``parameter``/``buffer`` nodes and ``nn.Embedding``
+are written out too: they are most of an imported decoder's ~455 nodes a step, and a frame and bound method
+cost each of them more than its tensor work (IMPLEMENTATION.md). Where ``forward`` branches on a setting, the
+template writes out every branch (``Reshape``'s ``start_dim``, ``Pad``'s mode; ``Slice`` indexes the last dim
+as ``x[..., a:b:c]``, the same view, which torch parses faster than a ``slice(None)`` per leading dim) or
+carries a ``when`` condition, tested on every call after the class check, outside which the step calls
+``forward`` (a ``Reshape`` with sizes read per call):
+
+``a0.reshape(...) if k0.forward is f0 and (not d0['reads']) else m0.forward(a0)``
+
+A written-out expression returns what ``forward`` returns, a view where it returns a view.
 """
 
 from __future__ import annotations
@@ -35,8 +48,8 @@ __all__ = ["Inline", "inline_for"]
 class Inline:
     """How one layer class's ``forward`` reads, over ``{x}`` (the inputs, comma-separated; ``{x0}``, ``{x1}`` each
     one), ``{p}`` (``_parameters``) and ``{d}`` (the instance dict); ``original`` is the ``forward`` the template
-    was written from, ``tensors`` and
-    ``settings`` the names it reads from each."""
+    was written from; ``tensors``, ``buffers`` and ``settings`` the names it reads from ``_parameters``,
+    ``{d}['_buffers']`` and the instance dict."""
 
     template: str
     original: Any
@@ -46,14 +59,27 @@ class Inline:
     #: that never does. Which steps use it, in which modes, is :func:`._in_place.in_place_steps`'s rule.
     in_place: str | None = None
     arity: int = 1  # how many inputs forward takes
+    #: A condition over the same fields, tested on every call after the class check: where it does not hold
+    #: (a branch of ``forward`` the template does not write out) the step calls ``forward``. None: always.
+    when: str | None = None
+    #: Buffers the template reads as ``{d}['_buffers'][name]`` (looked up per call, as ``__getattr__`` does).
+    buffers: tuple[str, ...] = ()
 
     def reads_what_forward_reads(self, module: Any) -> bool:
         """Whether ``self.<name>`` in ``forward`` would find exactly what the template reads: each tensor in
         ``_parameters`` and not shadowed by an instance attribute (a buffer or plain tensor put in a deleted
-        parameter's place is found by ``nn.Module.__getattr__`` elsewhere), each setting in the instance dict."""
+        parameter's place is found by ``nn.Module.__getattr__`` elsewhere), each buffer in ``_buffers`` and
+        in neither of those (``__getattr__`` looks in ``_parameters`` first), each setting in the instance dict.
+        The stores record compares these dicts' keys and the instance dict's size on every call, so a change
+        to any of them generates the call again and this is asked again."""
         state = module.__dict__
         params = state.get("_parameters", {})
-        return all(n in params and n not in state for n in self.tensors) and all(n in state for n in self.settings)
+        buffers = state.get("_buffers", {})
+        return (
+            all(n in params and n not in state for n in self.tensors)
+            and all(n in buffers and n not in params and n not in state for n in self.buffers)
+            and all(n in state for n in self.settings)
+        )
 
 
 # Each template is its class's forward with ``self.<tensor>`` read from ``_parameters`` and ``self.<setting>``
@@ -123,6 +149,59 @@ _TABLE: dict[type, Inline] = {
         ("weight", "bias"),
         ("normalized_shape", "eps"),
     ),
+    nn.Embedding: Inline(
+        "F.embedding({x}, {p}['weight'], {d}['padding_idx'], {d}['max_norm'], {d}['norm_type'], "
+        "{d}['scale_grad_by_freq'], {d}['sparse'])",
+        nn.Embedding.forward,
+        ("weight",),
+        ("padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"),
+    ),
+    # The weightless layers (_shape_layers.py, _function_layers.py) and the parameter/buffer nodes
+    # (_tensor_layers.py): an imported decoder's step runs about 200 of them. Each returns what its forward
+    # returns, a view where forward returns a view.
+    layers.Transpose: Inline(
+        "{x}.transpose({d}['dim0'], {d}['dim1'])", layers.Transpose.forward, settings=("dim0", "dim1")
+    ),
+    layers.Permute: Inline("{x}.permute({d}['dims'])", layers.Permute.forward, settings=("dims",)),
+    layers.Select: Inline("{x}.select({d}['dim'], {d}['index'])", layers.Select.forward, settings=("dim", "index")),
+    # Both branches of forward on start_dim; sizes read per call from the inputs (``reads``) go to forward,
+    # which also takes the ``like`` input (a two-input reshape is never written out: arity 1).
+    layers.Reshape: Inline(
+        "{x}.reshape({d}['shape'] if {d}['start_dim'] == 0 else {x}.shape[:{d}['start_dim']] + {d}['shape'])",
+        layers.Reshape.forward,
+        settings=("shape", "start_dim", "reads"),
+        when="not {d}['reads']",
+    ),
+    # forward indexes with ``dim % x.dim()`` leading ``slice(None)``s; the last dim (the rotate-half split of
+    # every rotary layer) is indexed as ``x[..., a:b:c]``, the same view, which torch parses ~0.6 us faster. An
+    # int dim only: a float one makes forward's ``list * k`` raise, and the general branch does the same.
+    layers.Slice: Inline(
+        "({x}[..., {d}['start']:{d}['end']:{d}['step']] "
+        "if type({d}['dim']) is int and {d}['dim'] % {x}.dim() == {x}.dim() - 1 "
+        "else {x}[(slice(None),) * ({d}['dim'] % {x}.dim()) + (slice({d}['start'], {d}['end'], {d}['step']),)])",
+        layers.Slice.forward,
+        settings=("dim", "start", "end", "step"),
+    ),
+    layers.Pad: Inline(
+        "(F.pad({x}, {d}['pad'], value={d}['value']) if {d}['mode'] == 'constant' "
+        "else F.pad({x}, {d}['pad'], mode={d}['mode']))",
+        layers.Pad.forward,
+        settings=("pad", "mode", "value"),
+    ),
+    # With one input forward's ``like`` is None, so it always expands to ``sizes``.
+    layers.Expand: Inline("{x}.expand({d}['sizes'])", layers.Expand.forward, settings=("sizes",)),
+    # ``forward(*inputs)`` takes any number; written out for two (a rotary's halves, a cache's past and new),
+    # the count the runtime's arity test allows.
+    layers.Concat: Inline("torch.cat(({x},), dim={d}['dim'])", layers.Concat.forward, settings=("dim",), arity=2),
+    layers.Mean: Inline(
+        "{x}.mean(dim={d}['dim'], keepdim={d}['keepdim'])", layers.Mean.forward, settings=("dim", "keepdim")
+    ),
+    layers.Cast: Inline("{x}.to({d}['dtype'])", layers.Cast.forward, settings=("dtype",)),
+    layers.TypeAs: Inline("{x0}.type_as({x1})", layers.TypeAs.forward, arity=2),
+    layers.Scale: Inline("{x} * {d}['factor']", layers.Scale.forward, settings=("factor",)),
+    layers.MatMul: Inline("torch.matmul({x0}, {x1})", layers.MatMul.forward, arity=2),
+    layers.LearnedTensor: Inline("{p}['weight']", layers.LearnedTensor.forward, ("weight",), arity=0),
+    layers.FixedTensor: Inline("{d}['_buffers']['value']", layers.FixedTensor.forward, buffers=("value",), arity=0),
 }
 
 

@@ -1,6 +1,11 @@
 """The layers that rearrange, cut, join and pad tensors: concat, split, reshape, permute, transpose, expand,
 select, slice, pad (``hndl.ops._shape``, ``_index``, ``_tensor``). Each holds its dims and sizes, fixed at
 construction; a size that follows the call is read from an input's shape in ``forward``.
+
+The fast path writes out the ``forward`` of all but ``Split`` (:mod:`._inline`'s table, reading the settings
+from the instance dict per call; a ``Concat`` of two inputs, a ``Reshape`` with no size read per call, an
+``Expand`` of one input): a change to one of these ``forward`` methods is a change to its template there too
+(``tests/core/test_runtime_inline.py`` compares the two).
 """
 
 from __future__ import annotations

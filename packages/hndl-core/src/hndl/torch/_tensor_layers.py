@@ -3,6 +3,8 @@ arange, the ``*_like`` and ``new_*`` fills, a dim's positions, and the tensors a
 constant buffer) (``hndl.ops._gather``, ``_einsum``, ``_creation``, ``_tensor``, ``_constant``).
 
 Everything is fixed at construction; a size that follows the call is read from an input's shape in ``forward``.
+The fast path writes out ``LearnedTensor``'s and ``FixedTensor``'s ``forward`` (:mod:`._inline`'s table): a
+change to either is a change to its template there too.
 """
 
 from __future__ import annotations
