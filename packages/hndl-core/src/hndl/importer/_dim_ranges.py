@@ -4,19 +4,18 @@ A dim marked dynamic (``Dim("H")``) ranges over every size from 2 up. A CNN usua
 stride-2 convolutions and a pooling to 1x1, ``1 + (H - 1) // 32 != 1`` holds only from H = 33. torch.export
 then fails with "Not all values of H = L['x'].size()[2] in the specified range satisfy the generated guard
 ...", and suggests a fix only for some guards (none for this one; for others a bound that still fails). Here
-each violated guard is read with a small grammar (integer arithmetic, comparisons, ``and``/``or``, ``Max``,
-``Min``; nothing is ``eval``-ed), evaluated over the dim's sizes, and the run of sizes around the traced example
-where every guard holds becomes the suggestion, in the user's own dim names: ``Dim("H", min=33)``.
+each violated guard is read with :mod:`._guard_grammar` (nothing is ``eval``-ed), evaluated over the dim's
+sizes, and the run of sizes around the traced example where every guard holds becomes the suggestion, in the
+user's own dim names: ``Dim("H", min=33)``.
 """
 
 from __future__ import annotations
 
-import ast
-import math
-import operator
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from ._guard_grammar import read_guard, replace_sources
 
 __all__ = ["Violation", "examples_of", "suggested_ranges", "violations"]
 
@@ -134,117 +133,18 @@ def examples_of(found: Mapping[str, Violation], names: list[str], args: tuple[An
     return out
 
 
-# --- the guard grammar --------------------------------------------------------------------------------------
+# --- one dim's guards -----------------------------------------------------------------------------------------
 
-_BINARY: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.Div: operator.truediv,
-}
-_COMPARE: dict[type, Callable[[Any, Any], bool]] = {
-    ast.Eq: operator.eq,
-    ast.NotEq: operator.ne,
-    ast.Lt: operator.lt,
-    ast.LtE: operator.le,
-    ast.Gt: operator.gt,
-    ast.GtE: operator.ge,
-}
-_CALLS: dict[str, Callable[..., Any]] = {
-    "Max": max,
-    "max": max,
-    "Min": min,
-    "min": min,
-    "abs": abs,
-    "Abs": abs,
-    "Mod": operator.mod,
-    "PythonMod": operator.mod,
-    "FloorDiv": operator.floordiv,
-    "CleanDiv": operator.floordiv,
-    "floor": math.floor,
-    "ceil": math.ceil,
-    "Eq": operator.eq,
-    "Ne": operator.ne,
-}
 _SYMBOL = "_size"
 
 
 def _guard(text: str, sources: Mapping[str, str], name: str) -> tuple[Guard, set[int]] | None:
     """``text`` (a guard as torch prints it) as a function of the size of ``name``, with the integers it
     holds; ``None`` when it names another dim or holds anything outside the grammar."""
-    for source in sorted(sources, key=len, reverse=True):
-        if sources[source] == name:
-            text = text.replace(source, _SYMBOL)
-        elif source in text:
-            return None
-    try:
-        tree = ast.parse(text, mode="eval")
-    except (SyntaxError, ValueError):
+    mine = {source: _SYMBOL for source, dim in sources.items() if dim == name}
+    if any(source in text for source, dim in sources.items() if dim != name):
         return None
-    constants: set[int] = set()
-    try:
-        evaluate = _compile(tree.body, constants)
-    except _Outside:
+    read = read_guard(replace_sources(text, mine), (_SYMBOL,))
+    if read is None:
         return None
-
-    def guard(size: int) -> bool:
-        try:
-            return bool(evaluate(size))
-        except (ArithmeticError, ValueError, TypeError):
-            return False
-
-    return guard, constants
-
-
-class _Outside(Exception):
-    """The guard holds something the grammar does not read."""
-
-
-def _compile(node: ast.AST, constants: set[int]) -> Callable[[int], Any]:
-    """``node`` as a function of the size: closures over its parts, nothing evaluated as code."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        value = node.value
-        if isinstance(value, int):
-            constants.add(abs(value))
-        return lambda size: value
-    if isinstance(node, ast.Name) and node.id == _SYMBOL:
-        return lambda size: size
-    if isinstance(node, ast.UnaryOp):
-        inner = _compile(node.operand, constants)
-        if isinstance(node.op, ast.USub):
-            return lambda size: -inner(size)
-        if isinstance(node.op, ast.UAdd):
-            return inner
-        if isinstance(node.op, ast.Not):
-            return lambda size: not inner(size)
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        fn, left, right = _BINARY[type(node.op)], _compile(node.left, constants), _compile(node.right, constants)
-        return lambda size: fn(left(size), right(size))
-    if isinstance(node, ast.BoolOp):
-        parts = [_compile(v, constants) for v in node.values]
-        if isinstance(node.op, ast.And):
-            return lambda size: all(p(size) for p in parts)
-        return lambda size: any(p(size) for p in parts)
-    if isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops):
-        items = [_compile(node.left, constants), *(_compile(c, constants) for c in node.comparators)]
-        ops = [_COMPARE[type(op)] for op in node.ops]
-
-        def compare(size: int) -> bool:
-            values = [item(size) for item in items]
-            return all(op(a, b) for op, a, b in zip(ops, values, values[1:], strict=False))
-
-        return compare
-    if isinstance(node, ast.Call) and not node.keywords:
-        func = node.func
-        fname = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-        if fname in ("IntInfinity", "oo", "int_oo") and not node.args:
-            return lambda size: math.inf
-        if fname == "NegativeIntInfinity" and not node.args:
-            return lambda size: -math.inf
-        if fname in _CALLS:
-            fn = _CALLS[fname]
-            args = [_compile(a, constants) for a in node.args]
-            return lambda size: fn(*(a(size) for a in args))
-    raise _Outside(ast.dump(node)[:80])
+    return (lambda size: read.holds({_SYMBOL: size})), read.constants

@@ -10,20 +10,17 @@ breaks it would compute the other branch.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._errors import Problem
 from .._graph import Handle
 from ..naming import dtype_name
+from ._guards import RELATION, held_ranges
 from ._imported import ImportedGraph
 from ._symbols import NotExpressible, Symbols, symbol_ranges
 
 __all__ = ["add_inputs", "input_specs"]
-
-#: A guard of torch.export's that orders two input dims: ``L['x'].size()[0] > L['y'].size()[0]``.
-_RELATION = re.compile(r"^L\['(\w+)'\]\.size\(\)\[(\d+)\] (<=|>=|<|>) L\['(\w+)'\]\.size\(\)\[(\d+)\]$")
 
 
 def input_specs(dynamic_shapes: Any, names: Sequence[str]) -> list[Any]:
@@ -51,6 +48,7 @@ def add_inputs(
     handles: dict[Any, Handle] = {}
     problems: list[Problem] = []
     ranges = symbol_ranges(getattr(program, "range_constraints", {}) or {}, symbols)
+    problems.extend(held_ranges(program, user_inputs, symbols, ranges))
     for n in user_inputs:
         value = n.meta.get("val")
         if not isinstance(value, torch.Tensor):
@@ -79,7 +77,7 @@ def _relations(program: Any, user_inputs: Sequence[Any], symbols: Symbols) -> li
                 dims[(n.name, axis)] = plain
     problems = []
     for guard in getattr(program, "_guards_code", None) or ():
-        match = _RELATION.match(str(guard).strip())
+        match = RELATION.match(str(guard).strip())
         if match is None:
             continue
         a, b = dims.get((match[1], int(match[2]))), dims.get((match[4], int(match[5])))

@@ -33,11 +33,20 @@ class Symbols:
     Args:
         names: torch's symbol -> hndl symbol name.
         hints: torch's symbol -> its value in the example inputs.
+        automatic: the names made up for dims made dynamic without a name (``Dim.AUTO``: ``x_dim2``), whose
+            range is whatever the trace needs, against the ``Dim``s the caller named, whose range is the caller's.
     """
 
-    def __init__(self, names: Mapping[Any, str], hints: Mapping[Any, int]) -> None:
+    def __init__(
+        self, names: Mapping[Any, str], hints: Mapping[Any, int], automatic: frozenset[str] = frozenset()
+    ) -> None:
         self.names = dict(names)
         self.hints = dict(hints)
+        self.automatic = automatic
+
+    def examples(self) -> dict[str, int]:
+        """Each named symbol's value in the example inputs, by hndl name."""
+        return {name: self.hints[sym] for sym, name in self.names.items() if sym in self.hints}
 
     @staticmethod
     def expr(size: Any) -> Any:
@@ -141,6 +150,7 @@ def name_symbols(placeholders: Sequence[tuple[str, Any]], specs: Sequence[Any], 
     names: dict[Any, str] = {}
     hints: dict[Any, int] = {}
     taken: set[str] = set()
+    automatic: set[str] = set()
     for (input_name, value), spec, tensor in zip(placeholders, specs, example, strict=True):
         shape = getattr(value, "shape", None)
         if shape is None:
@@ -167,12 +177,15 @@ def name_symbols(placeholders: Sequence[tuple[str, Any]], specs: Sequence[Any], 
                 hints.setdefault(e, int(tensor.shape[axis]))
             if e in names:
                 continue
-            name = _dim_name(dim) or f"{input_name}_dim{axis}"
+            given = _dim_name(dim)
+            name = given or f"{input_name}_dim{axis}"
             while name in taken:  # two different torch symbols must not share a name
                 name += "_"
             names[e] = name
             taken.add(name)
-    return Symbols(names, hints)
+            if given is None:
+                automatic.add(name)
+    return Symbols(names, hints, frozenset(automatic))
 
 
 def _traced_value(size: Any, sym: Any) -> int | None:
