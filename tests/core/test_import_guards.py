@@ -129,6 +129,7 @@ def test_a_guard_over_two_dims_is_refused_naming_sizes_where_it_fails() -> None:
         hndl.from_module(Area(), torch.randn(2, 6, 8), dynamic_shapes=({1: Dim.AUTO, 2: Dim.AUTO},))
     problem = err.value.problems[0]
     assert problem.code == "E_IMPORT"
+    assert problem.node == "x"
     assert "`x.shape[1]*x.shape[2] > 30`" in problem.message.replace("(", "").replace(")", "")
     assert "x_dim1 = 2, x_dim2 = 2" in problem.message
     assert "leave one of those dims static" in (problem.hint or "")
@@ -158,6 +159,7 @@ def test_a_guard_the_importer_cannot_read_is_refused_not_dropped(monkeypatch: py
     with pytest.raises(hndl.HndlError) as err:
         hndl.from_module(NotThree(), torch.randn(4, 8), dynamic_shapes=({0: Dim("B")},))
     problem = err.value.problems[0]
+    assert problem.node == "x"
     assert "`some_new_function(x.shape[0]) == 1`, which the importer cannot read" in problem.message
     assert problem.hint == "leave the dims it reads static"
 

@@ -58,6 +58,7 @@ class _Dims:
 
         self.sizes: dict[str, str] = {}
         self.shown: dict[str, str] = {}
+        self.owner: dict[str, str] = {}  # source -> the input it is a size of
         self.uses: dict[str, list[tuple[str, int, str]]] = {}  # dim -> (input, axis, size) of each size it is in
         for n in user_inputs:
             shape = getattr(n.meta.get("val"), "shape", None)
@@ -69,6 +70,7 @@ class _Dims:
                 source = f"L['{n.name}'].size()[{axis}]"
                 self.sizes[source] = f"({entry})"
                 self.shown[source] = f"{n.name}.shape[{axis}]"
+                self.owner[source] = n.name
                 if isinstance(entry, str):
                     for dim in sorted(free_symbols(parse_dim(entry))):
                         self.uses.setdefault(dim, []).append((n.name, axis, entry))
@@ -249,6 +251,7 @@ def _over_several(text: str, failing: Mapping[str, int], dims: _Dims) -> Problem
         "E_IMPORT",
         f"the trace holds only where `{_shown(text, dims)}`; at {at} it does not: torch's exported program refuses "
         f"those sizes, and an input contract cannot keep a condition over several dims",
+        node=_reader(text, dims),
         hint="leave one of those dims static, or give each a range in which the condition always holds",
     )
 
@@ -258,8 +261,14 @@ def _unreadable(text: str, dims: _Dims) -> Problem:
         "E_IMPORT",
         f"the trace holds only where `{_shown(text, dims)}`, which the importer cannot read to keep in the input "
         f"contract",
+        node=_reader(text, dims),
         hint="leave the dims it reads static",
     )
+
+
+def _reader(text: str, dims: _Dims) -> str | None:
+    """The first input whose size ``text`` reads."""
+    return next((dims.owner[s] for s in sorted(dims.owner, key=text.find) if s in text), None)
 
 
 def _shown(text: str, dims: _Dims) -> str:
