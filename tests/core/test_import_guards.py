@@ -92,6 +92,19 @@ def test_an_example_far_above_the_sizes_tried_one_by_one_keeps_the_whole_run() -
     assert graph.inputs["x"].contract.to_spec()["ranges"] == {"x_dim1": {"min": 4}}
 
 
+def test_a_guard_written_over_two_dims_but_decided_by_one_narrows_that_dim() -> None:
+    # torch writes x[:, :3, :]'s `size != 3` as `x.shape[1]*x.shape[2] != 3*x.shape[2]`
+    class Crop(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x[:, :3, :] * 2
+
+    net = Crop()
+    graph = hndl.from_module(net, torch.randn(2, 6, 5), dynamic_shapes=({1: Dim.AUTO, 2: Dim.AUTO},))
+    assert graph.inputs["x"].contract.to_spec()["ranges"] == {"x_dim1": {"min": 4}}
+    x = torch.randn(2, 4, 2)
+    assert torch.equal(hndl.build(graph)(x), net(x))
+
+
 def test_an_upper_run_is_kept_as_a_maximum() -> None:
     class Small(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -102,6 +102,7 @@ def held_ranges(program: Any, user_inputs: Sequence[Any], symbols: Symbols, rang
         return []
     problems: list[Problem] = []
     by_dim: dict[str, list[tuple[str, ReadGuard]]] = {}
+    several: list[tuple[str, ReadGuard]] = []
     for guard in getattr(program, "_guards_code", None) or ():
         text = str(guard).strip()
         if RELATION.match(text):
@@ -112,19 +113,28 @@ def held_ranges(program: Any, user_inputs: Sequence[Any], symbols: Symbols, rang
             if any(source in text for source in dims.sizes) and _reads_dynamic(text, dims):
                 problems.append(_unreadable(text, dims))
             continue
-        if not read.names:
-            continue
-        failing = _failing(read, dims)
-        if failing is None:
-            continue
         if len(read.names) == 1:
-            by_dim.setdefault(next(iter(read.names)), []).append((text, read))
-        else:
-            problems.append(_over_several(text, failing, dims))
+            if _failing(read, dims) is not None:
+                by_dim.setdefault(next(iter(read.names)), []).append((text, read))
+        elif read.names:
+            fails, sole = _on_grid(read, dims)
+            if sole is not None:  # written over several dims, decided by one (``x1*x2 != 3*x2`` is ``x1 != 3``)
+                by_dim.setdefault(sole, []).append((text, read))
+            elif fails:
+                several.append((text, read))
     for dim, guards in by_dim.items():
         problem = _narrow(dim, guards, dims, ranges)
         if problem is not None:
             problems.append(problem)
+    # a guard over several dims is held to the ranges as narrowed: the sizes a dim no longer takes cannot fail it
+    for dim, entry in ranges.items():
+        if dim in dims.names:
+            dims.low[dim] = max(dims.low[dim], entry.get("min", ASSUMED_MINIMUM))
+            dims.high[dim] = entry.get("max", dims.high[dim])
+    for text, read in several:
+        failing = _failing(read, dims)
+        if failing is not None:
+            problems.append(_over_several(text, failing, dims))
     return problems
 
 
@@ -150,6 +160,25 @@ def _failing(guard: ReadGuard, dims: _Dims) -> dict[str, int] | None:
         if not guard.holds(env):
             return dict(zip(names, sizes, strict=True))
     return None
+
+
+def _on_grid(guard: ReadGuard, dims: _Dims) -> tuple[bool, str | None]:
+    """Whether a guard over several dims fails somewhere on the grid, and the one dim whose size alone then
+    decides it (for every size of that dim, it holds at all sizes of the others or at none), else ``None``."""
+    names = sorted(guard.names)
+    dense = max(4, int(_GRID ** (1 / len(names))) - 8)
+    axes = [dims.candidates(d, guard.constants, dense)[: dense + 8] for d in names]
+    table = {
+        sizes: guard.holds({**dims.example, **dict(zip(names, sizes, strict=True))})
+        for sizes in itertools.product(*axes)
+    }
+    if all(table.values()):
+        return False, None
+    for i, name in enumerate(names):
+        seen: dict[int, bool] = {}
+        if all(seen.setdefault(sizes[i], held) == held for sizes, held in table.items()):
+            return True, name
+    return True, None
 
 
 def _narrow(dim: str, found: list[tuple[str, ReadGuard]], dims: _Dims, ranges: Ranges) -> Problem | None:
