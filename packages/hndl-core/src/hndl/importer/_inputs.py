@@ -6,6 +6,8 @@ where the trace was right, so each symbol's range from the program's ``range_con
 a guard a branch on a size added) goes on the first input that names it. A guard that orders two input dims
 (``x.shape[0] > y.shape[0]`` decided a branch) is refused: a contract cannot keep such a relation, and a call that
 breaks it would compute the other branch.
+Every other guard is held against the sizes the contract takes by :mod:`._guards`, which narrows a dim made
+dynamic without a name and refuses the rest.
 """
 
 from __future__ import annotations
