@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._errors import Problem
@@ -153,30 +153,31 @@ def _failing(guard: ReadGuard, dims: _Dims) -> dict[str, int] | None:
             if not guard.holds(env):
                 return {dim: size}
         return None
+    for env in _grid(names, guard, dims):
+        if not guard.holds({**dims.example, **env}):
+            return env
+    return None
+
+
+def _grid(names: list[str], guard: ReadGuard, dims: _Dims) -> Iterator[dict[str, int]]:
+    """The assignments of sizes to several dims a guard over them is tried at: about ``_GRID`` of them, each dim
+    taking its least sizes and a few of the far ones and those around the guard's constants."""
     dense = max(4, int(_GRID ** (1 / len(names))) - 8)
     axes = [dims.candidates(d, guard.constants, dense)[: dense + 8] for d in names]
     for sizes in itertools.product(*axes):
-        env = {**dims.example, **dict(zip(names, sizes, strict=True))}
-        if not guard.holds(env):
-            return dict(zip(names, sizes, strict=True))
-    return None
+        yield dict(zip(names, sizes, strict=True))
 
 
 def _on_grid(guard: ReadGuard, dims: _Dims) -> tuple[bool, str | None]:
     """Whether a guard over several dims fails somewhere on the grid, and the one dim whose size alone then
     decides it (for every size of that dim, it holds at all sizes of the others or at none), else ``None``."""
     names = sorted(guard.names)
-    dense = max(4, int(_GRID ** (1 / len(names))) - 8)
-    axes = [dims.candidates(d, guard.constants, dense)[: dense + 8] for d in names]
-    table = {
-        sizes: guard.holds({**dims.example, **dict(zip(names, sizes, strict=True))})
-        for sizes in itertools.product(*axes)
-    }
-    if all(table.values()):
+    table = [(env, guard.holds({**dims.example, **env})) for env in _grid(names, guard, dims)]
+    if all(held for _, held in table):
         return False, None
-    for i, name in enumerate(names):
+    for name in names:
         seen: dict[int, bool] = {}
-        if all(seen.setdefault(sizes[i], held) == held for sizes, held in table.items()):
+        if all(seen.setdefault(env[name], held) == held for env, held in table):
             return True, name
     return True, None
 
