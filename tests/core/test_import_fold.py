@@ -233,18 +233,21 @@ def test_a_mask_filled_by_slices_in_place_was_refused_by_folding() -> None:
         assert torch.equal(model.double()(x), net(x))
 
 
-def test_a_mask_filled_in_place_at_dynamic_sizes_says_why_it_does_not_fold() -> None:
-    # At symbolic H, W the mask differs from call to call: no constant of one size stands for it, and no op writes
-    # into part of a tensor, so the import refuses, naming the write and its line.
+def test_a_copy_into_a_mask_at_dynamic_sizes_says_why_it_does_not_fold() -> None:
+    # At symbolic H, W the mask differs from call to call: no constant of one size stands for it. Its fills of a
+    # number through slices are written out of place (fill_region, tests/core/test_import_region_writes.py); the
+    # copy_ of a tensor into a row is not, so the import refuses, naming that write and its line.
     with pytest.raises(hndl.HndlError) as err:
         hndl.from_module(
             ShiftMask(), torch.randn(2, 3, 8, 8), dynamic_shapes=({0: Dim("B"), 2: 4 * Dim("h"), 3: 4 * Dim("w")},)
         )
     text = str(err.value)
     assert "E_IMPORT ShiftMask" in text
-    assert "aten.fill_.Tensor: writes in place into 'new_zeros'" in text
+    assert "aten.copy_.default: writes in place into 'new_zeros'" in text
     assert "whose sizes follow a dynamic dim" in text
-    assert "m[h[0] : h[1], w[0] : w[1]] = count" in text
+    assert "only a number filled into slices of it (x[a:b, c:d] = v) is written out of place" in text
+    assert "m[0].copy_(torch.arange(m.shape[1]))" in text
+    assert "aten.fill_" not in text
 
 
 class ReadBeforeWrite(nn.Module):

@@ -49,3 +49,28 @@ def test_a_guard_read_evaluates_as_python_does(left: str, right: str, compare: s
 )
 def test_a_guard_outside_the_grammar_is_not_read(text: str) -> None:
     assert read_guard(text, ("a", "b")) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "as_one"),
+    [
+        # torch's 0/1 specialisation: the map after a stride of 32 taken to be more than 1
+        ("(w // 32) > 1", {"w": 32}, True),
+        ("(w // 32) != 1", {"w": 40}, True),
+        ("torch.sym_max(1, w // 32) < torch.sym_max(1, w // 32)*torch.sym_max(1, h // 32)", {"w": 64, "h": 32}, True),
+        ("1 + ((-1 + w) // 32) < (1 + ((-1 + w) // 32))*(1 + ((-1 + h) // 32))", {"w": 64, "h": 32}, True),
+        # branches of a module: Swin's shift is off where the padded map is one window of 2
+        ("2*(w // 16) > 2", {"w": 16}, False),
+        ("w > 2", {"w": 2}, False),
+        # not a strict comparison, or not failing by an equality
+        ("w >= 2", {"w": 1}, False),
+        ("w > 5", {"w": 1}, False),
+    ],
+)
+def test_a_failure_that_is_only_torchs_size_not_1_assumption_is_told_apart(
+    text: str, env: dict[str, int], as_one: bool
+) -> None:
+    guard = read_guard(text, set(env))
+    assert guard is not None
+    assert not guard.holds(env)
+    assert guard.fails_as_one(env) is as_one

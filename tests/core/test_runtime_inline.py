@@ -294,7 +294,7 @@ def test_a_reshape_given_sizes_to_read_calls_its_forward():
     layer = model.nodes.n_layer
     assert "and (not d0['reads']) else m0.forward(a0)" in model.code
     model(x)
-    layer.shape, layer.reads = (-1, -1), [(0, "x", 0)]
+    layer.shape, layer.reads = (-1, -1), [(0, ("x", 0))]
     out = model(x)
     assert model.validations == 1
     assert_same_tensor_as(out, x.reshape(4, 6), [x])

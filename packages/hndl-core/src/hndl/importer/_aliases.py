@@ -58,9 +58,14 @@ class Aliases:
                 if info.is_write:
                     self.writes.setdefault(source, []).append(self.position[n])
 
-    def check(self, n: Any) -> None:
+    def check(self, n: Any, written_out: Callable[[Any, Any, int], bool] | None = None) -> None:
         """Refuse ``n`` if it writes into an input (``HndlError``), or reads a value an earlier write changed
-        (``Unsupported``, so that a layer around it may still be kept whole)."""
+        (``Unsupported``, so that a layer around it may still be kept whole).
+
+        Args:
+            written_out: ``(value read, its memory, position of the write)`` -> whether the importer writes that
+                write out of place and redirects this read to its result (``_region_writes``).
+        """
         schema = getattr(n.target, "_schema", None)
         if schema is not None:
             for i, arg in enumerate(schema.arguments):
@@ -89,6 +94,8 @@ class Aliases:
             source = self.root.get(arg, arg)
             for write in self.writes.get(source, ()):
                 if self.position.get(arg, -1) < write < here:
+                    if written_out is not None and written_out(arg, source, write):
+                        continue
                     raise Unsupported(f"reads {arg.name!r} after an in-place operation changed it through another view")
 
 

@@ -225,9 +225,13 @@ def _written(n: Any) -> list[Any]:
     return found
 
 
+#: What the importer writes out of place of the writes that do not fold (``_region_writes``).
+_ONLY_FILLS = "only a number filled into slices of it (x[a:b, c:d] = v) is written out of place (fill_region)"
+
+
 def _why_not(nodes: Sequence[Any], folds: set[Any], roots: Mapping[Any, Any], after_read: set[Any]) -> dict[Any, str]:
-    """Why each in-place write into a tensor made in the traced graph did not fold (no op writes in place, so
-    such a write imports only folded): traced node -> the reason. ``after_read``: the writes that came after an
+    """Why each in-place write into a tensor made in the traced graph did not fold (only a number filled into a
+    region of slices is written out of place, as ``fill_region``: ``_region_writes``): traced node -> the reason. ``after_read``: the writes that came after an
     operation that does not fold read the memory they write."""
     found: dict[Any, str] = {}
     for n in nodes:
@@ -238,20 +242,20 @@ def _why_not(nodes: Sequence[Any], folds: set[Any], roots: Mapping[Any, Any], af
         if n in after_read:
             found[n] = (
                 f"writes in place into {root.name!r} ({root.target}) after an operation that does not fold read "
-                "it: a folded constant has one value, which that read would not see, and no op writes into part of "
-                "a tensor on every call"
+                "it: a folded constant has one value, which that read would not see, and "
+                f"{_ONLY_FILLS}"
             )
         elif not all(isinstance(s, int) for s in getattr(root.meta.get("val"), "shape", ())):
             found[n] = (
                 f"writes in place into {root.name!r} ({root.target}), whose sizes follow a dynamic dim: "
-                "a tensor made and written in place folds into a constant at import only at fixed sizes, and no "
-                "op writes into part of a tensor on every call"
+                "a tensor made and written in place folds into a constant at import only at fixed sizes, and "
+                f"{_ONLY_FILLS}"
             )
         else:
             found[n] = (
                 f"writes in place into {root.name!r} ({root.target}), and the tensor or the value written depends "
                 "on the inputs: a tensor made and written in place imports only as a constant folded at import, "
-                "and no op writes into part of a tensor on every call"
+                f"and {_ONLY_FILLS}"
             )
     return found
 

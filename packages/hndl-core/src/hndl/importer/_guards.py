@@ -7,7 +7,10 @@ refuses a named ``Dim`` whose range lets a guard fail, but not a derived one (``
 takes whatever the trace needs. An input contract holds ranges only. So each guard is read
 (:mod:`._guard_grammar`), its sizes written in the graph's dims (``x.shape[2]`` is ``32*h``), and evaluated
 over the sizes the contract would take: every size from the least up to 1,024 past it, the guard's own
-constants around, and a few far ones (several dims at once: a grid of them).
+constants around, and a few far ones (several dims at once: a grid of them). Size 1 is among them where the
+contract takes it, a failure there that is only torch's assumption that sizes are not 1 (its ``W // 32 > 1``,
+``ReadGuard.fails_as_one``) aside: torch traces every dynamic dim as 2 or more, but a branch it decided can fail
+at 1 (Swin's shift, off where the map is one window).
 
 Where a guard fails at a size the contract takes, the graph would compute something the module does not (the
 branch not taken), or refuse with a shape error the module would not raise. A dim made dynamic without a name
@@ -78,15 +81,20 @@ class _Dims:
         self.example = symbols.examples()
         self.automatic = symbols.automatic
         self.low = {d: max(ASSUMED_MINIMUM, ranges.get(d, {}).get("min", ASSUMED_MINIMUM)) for d in self.names}
+        # whether the contract takes size 1: torch traces as if every dynamic dim were 2 or more (its guards
+        # `size != 1` say only that), but a branch its trace decided can fail at 1 all the same (Swin turns the
+        # shift off where the map is one window: `W//16 > 1`), and the contract takes 1 unless a min says not
+        self.one = {d: "min" not in ranges.get(d, {}) and symbols.declared_min.get(d, 0) <= 1 for d in self.names}
         self.high: dict[str, int | None] = {d: ranges.get(d, {}).get("max") for d in self.names}
 
     def candidates(self, dim: str, constants: Iterable[int], dense: int) -> list[int]:
-        """The sizes of ``dim`` a guard is tried at: ``dense`` from the least up, then the far ones and those
-        around the guard's constants, all inside the contract's range."""
+        """The sizes of ``dim`` a guard is tried at: 1 where the contract takes it, then ``dense`` from the least
+        up, then the far ones and those around the guard's constants, all inside the contract's range."""
         low, high = self.low[dim], self.high[dim]
         top = low + dense if high is None else min(high, low + dense)
         far = {c + d for c in constants for d in (-1, 0, 1)} | set(_FAR)
-        return [*range(low, top + 1), *sorted(s for s in far if s > top and (high is None or s <= high))]
+        one = [1] if self.one[dim] and low <= ASSUMED_MINIMUM else []
+        return [*one, *range(low, top + 1), *sorted(s for s in far if s > top and (high is None or s <= high))]
 
 
 def held_ranges(program: Any, user_inputs: Sequence[Any], symbols: Symbols, ranges: Ranges) -> list[Problem]:
@@ -103,8 +111,8 @@ def held_ranges(program: Any, user_inputs: Sequence[Any], symbols: Symbols, rang
     problems: list[Problem] = []
     by_dim: dict[str, list[tuple[str, ReadGuard]]] = {}
     several: list[tuple[str, ReadGuard]] = []
-    for guard in getattr(program, "_guards_code", None) or ():
-        text = str(guard).strip()
+    # torch repeats a guard once per place that asks for it (392 guards, 279 distinct, in a two-stage Swin)
+    for text in dict.fromkeys(str(guard).strip() for guard in getattr(program, "_guards_code", None) or ()):
         if RELATION.match(text):
             continue
         written = replace_sources(text, dims.sizes)
@@ -138,6 +146,14 @@ def held_ranges(program: Any, user_inputs: Sequence[Any], symbols: Symbols, rang
     return problems
 
 
+def _holds(guard: ReadGuard, env: Mapping[str, int]) -> bool:
+    """Whether ``guard`` holds at ``env``; where a size it reads is 1, a failure that is only torch's assumption
+    that sizes are not 1 (``ReadGuard.fails_as_one``) counts as holding: the module computes the same there."""
+    if guard.holds(env):
+        return True
+    return any(env.get(name) == 1 for name in guard.names) and guard.fails_as_one(env)
+
+
 def _reads_dynamic(text: str, dims: _Dims) -> bool:
     """Whether ``text`` names a source whose size is not a plain int."""
     return any(source in text and not size.strip("()").isdigit() for source, size in dims.sizes.items())
@@ -150,11 +166,11 @@ def _failing(guard: ReadGuard, dims: _Dims) -> dict[str, int] | None:
         (dim,) = names
         for size in dims.candidates(dim, guard.constants, _DENSE):
             env = {**dims.example, dim: size}
-            if not guard.holds(env):
+            if not _holds(guard, env):
                 return {dim: size}
         return None
     for env in _grid(names, guard, dims):
-        if not guard.holds({**dims.example, **env}):
+        if not _holds(guard, {**dims.example, **env}):
             return env
     return None
 
@@ -163,7 +179,7 @@ def _grid(names: list[str], guard: ReadGuard, dims: _Dims) -> Iterator[dict[str,
     """The assignments of sizes to several dims a guard over them is tried at: about ``_GRID`` of them, each dim
     taking its least sizes and a few of the far ones and those around the guard's constants."""
     dense = max(4, int(_GRID ** (1 / len(names))) - 8)
-    axes = [dims.candidates(d, guard.constants, dense)[: dense + 8] for d in names]
+    axes = [dims.candidates(d, guard.constants, dense)[: dense + 9] for d in names]
     for sizes in itertools.product(*axes):
         yield dict(zip(names, sizes, strict=True))
 
@@ -172,7 +188,7 @@ def _on_grid(guard: ReadGuard, dims: _Dims) -> tuple[bool, str | None]:
     """Whether a guard over several dims fails somewhere on the grid, and the one dim whose size alone then
     decides it (for every size of that dim, it holds at all sizes of the others or at none), else ``None``."""
     names = sorted(guard.names)
-    table = [(env, guard.holds({**dims.example, **env})) for env in _grid(names, guard, dims)]
+    table = [(env, _holds(guard, {**dims.example, **env})) for env in _grid(names, guard, dims)]
     if all(held for _, held in table):
         return False, None
     for name in names:
@@ -190,7 +206,7 @@ def _narrow(dim: str, found: list[tuple[str, ReadGuard]], dims: _Dims, ranges: R
 
     def holds(size: int) -> bool:
         if size not in memo:
-            memo[size] = all(g.holds({**dims.example, dim: size}) for g in guards)
+            memo[size] = all(_holds(g, {**dims.example, dim: size}) for g in guards)
         return memo[size]
 
     sizes = dims.candidates(dim, set().union(*(g.constants for g in guards)), _DENSE)
@@ -200,7 +216,7 @@ def _narrow(dim: str, found: list[tuple[str, ReadGuard]], dims: _Dims, ranges: R
     if dim in dims.automatic and period is None:
         low, high = run
         entry = ranges.setdefault(dim, {})
-        if low > ASSUMED_MINIMUM:
+        if low > ASSUMED_MINIMUM or (dims.one[dim] and not holds(1)):
             entry["min"] = low
         if high is not None:
             entry["max"] = high

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +49,8 @@ def _constant(value: Any, what: str) -> int | float:
     """A number operand as a node parameter: an int stays an int (``x - 1`` on int64 stays int64)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise Unsupported(f"{what} with the operand {_show(value)}, which is not a constant int or float")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise Unsupported(f"{what} with the operand {value}: a number parameter of an op is finite")
     return value
 
 
@@ -135,6 +138,29 @@ def _clamp(*bounds: str) -> Row:
         return Emit("clamp", [site.tensor("self")], params)
 
     return row
+
+
+def _masked_fill(site: Site) -> Emit:
+    """``x.masked_fill(mask, value)`` with a number ``value``: ``where(mask, value, x)``. torch keeps x's dtype
+    where ``where`` promotes to the number's kind, so a float value on an integer or bool tensor is refused."""
+    x = site.tensor("self")
+    mask = site.tensor("mask")
+    value = site.args.get("value")
+    if is_tensor_node(value):
+        raise Unsupported("masked_fill with a tensor value (hndl's where takes it as a number only here)")
+    value = _constant(value, "masked_fill")
+    dtype = x.meta["val"].dtype
+    if dtype.is_floating_point or (isinstance(value, int) and dtype != _bool()):
+        if site.shape(mask) != site.shape(x) and len(site.shape(mask)) > len(site.shape(x)):
+            raise Unsupported("masked_fill with a mask of higher rank than the tensor")
+        return Emit("where", [mask, x], {"a": value})
+    raise Unsupported(f"masked_fill of a {dtype} tensor with {value!r}, whose kind where would promote to")
+
+
+def _bool() -> Any:
+    import torch
+
+    return torch.bool
 
 
 def _where(site: Site) -> Emit:

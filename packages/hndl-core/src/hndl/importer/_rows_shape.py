@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._site import _INT64_MAX, Alias, Emit, Row, Site, Unsupported, is_tensor_node
+from ._site import _INT64_MAX, Alias, Emit, Row, Site, Unsupported, giver, is_tensor_node
 
 
 def _alias(site: Site) -> Alias:
@@ -48,17 +48,13 @@ def _reshape(site: Site) -> Emit | Alias:
     inputs = [x]
     if len(symbolic) <= 1:  # ints and one -1
         sizes: list[int | str] = [p if isinstance(p, int) else -1 for p in map(sym.plain, rest)]
-    else:  # each symbolic size by its name, read from a tensor that has it (x itself, or the one it came from)
-        names = [sym.plain(size) for size in symbolic]
-        if None in names:
-            raise Unsupported(
-                f"reshape to {sym.shape(site.out)}: the computed size {sym.entry(symbolic[names.index(None)])} is "
-                "not a dim of any traced tensor, and one -1 cannot give two symbolic sizes"
-            )
-        sizes = [sym.plain(size) for size in rest]  # type: ignore[misc]
-        like = _holder(site, symbolic)
+    else:  # each symbolic size by its name or expression, read or computed from x's dims (or another's)
+        sizes = [sym.entry(size) if sym.plain(size) is None else sym.plain(size) for size in rest]  # type: ignore[misc]
+        like = _holder(site, symbolic) or giver(site, x, [e for e in sizes if isinstance(e, str)])
         if like is None:
-            raise Unsupported(f"reshape to {sym.shape(site.out)}: no traced tensor has its symbolic sizes")
+            raise Unsupported(
+                f"reshape to {sym.shape(site.out)}: no traced tensor has its symbolic sizes or gives their symbols"
+            )
         if like is not x:
             inputs.append(like)
     params: dict[str, Any] = {"shape": sizes}
@@ -226,10 +222,26 @@ def _holder(site: Site, sizes: list[Any]) -> Any:
     return None
 
 
-def _pad(site: Site) -> Emit:
+def _pad(site: Site) -> Emit | Alias:
+    """``F.pad``: the amounts as ints; one computed from sizes must be the same int at every size the input
+    contract takes (Swin's ``(window - H % window) % window`` is 0 where ``H`` is a multiple of the window)."""
     mode = site.args.get("mode", "constant")
     value = site.args.get("value")
-    params: dict[str, Any] = {"pad": site.ints("pad")}
+    amounts: list[int] = []
+    for amount in site.args.get("pad") or []:
+        if isinstance(amount, int):
+            amounts.append(amount)
+            continue
+        size = site.symbols.dim(amount)
+        if not isinstance(size, int):
+            raise Unsupported(
+                f"padding by {site.symbols.entry(amount)}, which differs with the input's sizes",
+                waits="a pad whose amounts are size expressions; until then make the dim a multiple that pads by 0",
+            )
+        amounts.append(size)
+    if not any(amounts):
+        return Alias(site.tensor("self"))
+    params: dict[str, Any] = {"pad": amounts}
     if mode != "constant":
         params["mode"] = mode
     if value:

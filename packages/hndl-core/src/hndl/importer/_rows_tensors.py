@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._rows import _floating
-from ._site import Emit, Row, Site, Unsupported, _show, is_tensor_node
+from ._site import Emit, Row, Site, Unsupported, _show, giver, is_tensor_node
 
 # --- issue 37's ops: reductions, scans, picking by tensors, einsum, tensors made at the call's sizes ---------------
 
@@ -212,8 +212,15 @@ def _sizes(site: Site, x: Any | None) -> tuple[list[int | str], list[Any]]:
     for size in site.args.get("size") or []:
         value = size.meta.get("val") if hasattr(size, "meta") else size
         plain = site.symbols.plain(value)
-        if plain is None:
-            raise Unsupported(f"a tensor of the computed size {site.symbols.entry(value)}")
+        if plain is None:  # a computed size (8*h): computed per call from the dims that give its symbols
+            entry = site.symbols.entry(value)
+            source = giver(site, x, [str(entry)]) if x is not None else None
+            if source is None:
+                raise Unsupported(f"a tensor of the computed size {entry}, whose symbols no traced tensor gives")
+            shape.append(entry)
+            if source is not x and all(source is not o for o in others):
+                others.append(source)
+            continue
         shape.append(plain)
         if isinstance(plain, str):
             held = x is not None and any(site.symbols.same(d, value) for d in site.shape(x))

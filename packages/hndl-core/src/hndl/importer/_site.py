@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._symbols import Symbols
+from ._symbols import NotExpressible, Symbols
 
-__all__ = ["Alias", "Emit", "Port", "Row", "Site", "Unsupported", "is_tensor_node"]
+__all__ = ["Alias", "Emit", "Port", "Row", "Site", "Unsupported", "giver", "is_tensor_node"]
 #: torch's "until the end" for slices (``x[a:]`` traces as ``end=2**63-1``).
 _INT64_MAX = 2**63 - 1
 
@@ -148,6 +148,35 @@ def _bind(node: Any) -> dict[str, Any]:
         elif arg.has_default_value():
             bound[arg.name] = arg.default_value
     return bound
+
+
+def giver(site: Site, x: Any, entries: list[str]) -> Any:
+    """``x``, or a traced tensor, where each symbol of ``entries`` (``8*h``) can be read back from a dim of ``x``
+    or of that tensor (``h`` from ``16*h``: ``reshape`` computes the size per call); ``None`` if none."""
+    from .._dims import free_symbols, parse_dim
+
+    wanted = set().union(*(free_symbols(parse_dim(e)) for e in entries)) if entries else set()
+    missing = wanted - _readable(site, x)
+    if not missing:
+        return x
+    candidates = [n for n in site.node.graph.nodes if n.op == "placeholder" and n.name not in site.parameters]
+    return next((c for c in candidates if is_tensor_node(c) and missing <= _readable(site, c)), None)
+
+
+def _readable(site: Site, tensor: Any) -> set[str]:
+    """The symbols a dim of ``tensor`` gives back (a dim ``c*s + k``)."""
+    from .._dims import parse_dim
+    from .._size_reads import linear_in_one_symbol
+
+    found: set[str] = set()
+    for size in site.shape(tensor):
+        try:
+            linear = linear_in_one_symbol(parse_dim(site.symbols.entry(size)))
+        except (NotExpressible, ValueError):
+            continue
+        if linear is not None:
+            found.add(linear[0])
+    return found
 
 
 Row = Callable[[Site], "Emit | Alias | Port"]

@@ -38,11 +38,17 @@ class Symbols:
     """
 
     def __init__(
-        self, names: Mapping[Any, str], hints: Mapping[Any, int], automatic: frozenset[str] = frozenset()
+        self,
+        names: Mapping[Any, str],
+        hints: Mapping[Any, int],
+        automatic: frozenset[str] = frozenset(),
+        declared_min: Mapping[str, int] | None = None,
     ) -> None:
         self.names = dict(names)
         self.hints = dict(hints)
         self.automatic = automatic
+        #: the ``min`` the caller gave a named ``Dim`` (torch's default is 0), by hndl name
+        self.declared_min = dict(declared_min or {})
 
     def examples(self) -> dict[str, int]:
         """Each named symbol's value in the example inputs, by hndl name."""
@@ -135,7 +141,22 @@ class Symbols:
             base, divisor = e.args
             text = f"{self._text(base)}//{self._text(divisor)}"
             return text if top else f"({text})"
-        raise NotExpressible(f"size {e} cannot be written as an hndl dim (only +, * and // are)")
+        if type(e).__name__ in ("Mod", "PythonMod") and len(e.args) == 2 and e.args[1].is_positive:
+            # sizes are not negative, so p mod q is p - q*(p//q) (Swin pads a map by (window - H % window) % window,
+            # which hndl's dims simplify to 0 where H is a multiple of the window)
+            base, divisor = (self._text(a) for a in e.args)
+            text = f"{base}-{divisor}*({base}//{divisor})"
+            return text if top else f"({text})"
+        raise NotExpressible(f"size {e} cannot be written as an hndl dim (only +, *, // and mod are)")
+
+    def dim(self, size: Any) -> Any:
+        """The size as an hndl dim, simplified by hndl's rules (``2*H - 2*(H//1)`` is 0): an int or a ``Poly``."""
+        from .._dims import DimError, parse_dim
+
+        try:
+            return parse_dim(self.entry(size))
+        except DimError as exc:
+            raise NotExpressible(f"size {self.entry(size)} cannot be read as an hndl dim: {exc}") from None
 
 
 def name_symbols(placeholders: Sequence[tuple[str, Any]], specs: Sequence[Any], example: Sequence[Any]) -> Symbols:
@@ -151,6 +172,7 @@ def name_symbols(placeholders: Sequence[tuple[str, Any]], specs: Sequence[Any], 
     hints: dict[Any, int] = {}
     taken: set[str] = set()
     automatic: set[str] = set()
+    declared: dict[str, int] = {}
     for (input_name, value), spec, tensor in zip(placeholders, specs, example, strict=True):
         shape = getattr(value, "shape", None)
         if shape is None:
@@ -185,7 +207,11 @@ def name_symbols(placeholders: Sequence[tuple[str, Any]], specs: Sequence[Any], 
             taken.add(name)
             if given is None:
                 automatic.add(name)
-    return Symbols(names, hints, frozenset(automatic))
+            else:
+                least = getattr(dim, "min", None)
+                if isinstance(least, int):
+                    declared[name] = least
+    return Symbols(names, hints, frozenset(automatic), declared)
 
 
 def _traced_value(size: Any, sym: Any) -> int | None:
@@ -233,8 +259,8 @@ def symbol_ranges(range_constraints: Mapping[Any, Any], symbols: Symbols) -> dic
         entry = {}
         low = _integer(getattr(bounds, "lower", None))
         high = _integer(getattr(bounds, "upper", None))
-        if low is not None and low > ASSUMED_MINIMUM:
-            entry["min"] = low
+        if low is not None and (low > ASSUMED_MINIMUM or (low > 1 and symbols.declared_min.get(name, 0) > 1)):
+            entry["min"] = low  # torch takes every dynamic dim to be 2 or more; a min the caller gave, it keeps
         if high is not None and 0 <= high < _NO_MAXIMUM:
             entry["max"] = high
         if entry:

@@ -17,6 +17,7 @@ included) over :data:`_IMPORTER_ROWS`, the rows that are the importer's own logi
   bounds are not ordered, else ``hardtanh``;
 - ``scaled_dot_product_attention``: ``sdpa``, with a ``reshape`` of a rank-2 mask to rank 4;
 - ``diff``: a ``concat`` of the prepended and appended tensors, then ``diff``;
+- ``masked_fill``/``masked_fill_`` by a number: ``where(mask, value, x)``, where that keeps x's dtype;
 - ``zeros``/``ones``/``full``: ``new_zeros``, ``new_ones`` or ``new_full`` on the tensor a size comes from;
 - aliasing, where the result may be the input itself (no node): ``view``, ``reshape``, ``_unsafe_view``,
   ``unsqueeze``, ``squeeze``, ``unflatten`` (``reshape``), ``t`` (``transpose``), ``cat``/``concat`` (of one
@@ -54,6 +55,7 @@ from ._rows import (
     _layer_norm,
     _linear,
     _logical,
+    _masked_fill,
     _pool,
     _power,
     _roll,
@@ -199,6 +201,8 @@ _IMPORTER_ROWS: dict[str, Row] = {
     "aten.hardtanh.default": _hardtanh,
     "aten.hardtanh_.default": _hardtanh,
     "aten.scaled_dot_product_attention.default": _sdpa,
+    "aten.masked_fill.Scalar": _masked_fill,
+    "aten.masked_fill_.Scalar": _masked_fill,
     "aten.diff.default": _diff,
     "aten.zeros.default": _full(0.0),
     "aten.ones.default": _full(1.0),

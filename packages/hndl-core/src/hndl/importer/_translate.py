@@ -47,6 +47,7 @@ from ._imported import Fallback, ImportedGraph
 from ._inputs import add_inputs, input_specs
 from ._messages import import_error
 from ._refusals import Refusals, reason
+from ._region_writes import RegionWrites
 from ._site import is_tensor_node
 from ._symbols import NotExpressible, name_symbols
 from ._table import FUNCTIONS, PENDING, Alias, Emit, Port, Site, Unsupported, module_row
@@ -127,6 +128,8 @@ class _Translator:
         #: Calls that need their signature preserved by another trace before they can be module nodes.
         self.unpreserved: set[str] = set()
         self.folding: Any = None  # what folds at import (_fold), set by the operations pass
+        #: The fills of a region written out of place (_region_writes), set by the operations pass.
+        self.region_writes: RegionWrites
         #: The folded values whose dtype follows the activations' (_dtype_follow), set by the operations pass.
         self.following: Following
         self.known = known
@@ -183,6 +186,9 @@ class _Translator:
         following = self.following = find_following(
             self.traced, folding, self.known, self.graph.notes, class_name(self.root)
         )
+        writes = self.region_writes = RegionWrites(
+            self.nodes, folding.refused, lambda v: v.op == "call_function", folding.values
+        )
         results: dict[Any, Any] = {}
         widths = self.known.widths if self.known is not None else None
         if widths is None:
@@ -196,13 +202,14 @@ class _Translator:
         for n in self._operations():
             if self.calls.unit(n) is not None:
                 continue
+            if n in writes.absorbed or (n in folding.folded and n not in folding.frontier):
+                continue
             if n in folding.frontier:
                 results[n] = folding.frontier[n]
                 continue
-            if n in folding.folded:
-                continue
             try:
-                results[n] = following.check_reads(casts.adjust(n, self._operation(n, aliases)))
+                made = writes.emit(n) if n in writes else self._operation(n, aliases)
+                results[n] = following.check_reads(casts.adjust(n, writes.redirect(made, writes.position[n])))
             except Unsupported as exc:
                 results[n] = exc
             result = results[n]
@@ -218,7 +225,7 @@ class _Translator:
             return Port(source, int(index)) if _is_tensor(value) else None
         if not _is_tensor(value) and not (isinstance(value, (list, tuple)) and value and all(map(_is_tensor, value))):
             return None  # sizes and assertions: rows read sizes from the traced shapes
-        aliases.check(n)
+        aliases.check(n, self.region_writes.handles_read)
         row = FUNCTIONS.get(target)
         if row is None and target in META_ONLY:
             raise Unsupported(
@@ -326,9 +333,9 @@ class _Translator:
                 name = self._name(path if alone else f"{path}_{result.op}" if path else result.op)
                 handle = self._add(result, name)
                 self.values[n] = handle
-                self.expected[name] = (
-                    list(n.meta["val"]) if isinstance(n.meta["val"], (list, tuple)) else [n.meta["val"]]
-                )
+                # a fill_ traces as the view it wrote; its fill_region gives the whole tensor
+                value = n.meta["val"] if n not in self.region_writes else self.region_writes.writes[n][0].meta["val"]
+                self.expected[name] = list(value) if isinstance(value, (list, tuple)) else [value]
             elif isinstance(result, Alias):
                 self.values[n] = self.ref(result.value)
             elif isinstance(result, Port):

@@ -15,7 +15,7 @@ from .._contracts import TensorType
 from .._dims import Dim, dim_add, dim_floordiv, dim_sub
 from .._registry import ImportRow, InferError, Param, Params, Port, layer_of, op
 from ._common import concrete_dtype, norm_dim, open_at, open_index, require, torch_dtype
-from ._tensor import _Sizes, resolve_sizes
+from ._tensor import _Sizes, plan_dim, resolve_sizes
 
 
 def _dtype(p: Params, default: str) -> str:
@@ -165,15 +165,7 @@ def _new_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     ):
         return [TensorType(None, dtype)]
     plan = resolve_sizes(p.shape, x.shape or (), like) if not plain else list(p.shape)
-    out: list[Dim] = []
-    for source in plan:
-        if isinstance(source, int):
-            out.append(source)
-        else:
-            held = x.shape if source[0] == "x" else like
-            assert held is not None
-            out.append(held[source[1]])
-    return [TensorType(tuple(out), dtype)]
+    return [TensorType(tuple(plan_dim(source, x.shape or (), like) for source in plan), dtype)]
 
 
 def _new_op(name: str, value: float | None) -> None:
@@ -189,7 +181,12 @@ def _new_op(name: str, value: float | None) -> None:
         "int64}`` is the attention mask of an unpadded batch, whatever its size."
     )
     params = [
-        Param("shape", _Sizes(), doc="the sizes: ints, -1 for x's aligned dim, or symbols of an input's shape ([B, T])")
+        Param(
+            "shape",
+            _Sizes(),
+            doc="the sizes: ints, -1 for x's aligned dim, symbols of an input's shape ([B, T]), or expressions "
+            "over them (8*h: computed from a dim 16*h on every call)",
+        )
     ]
     params += [_DTYPE] if value is not None else [_VALUE, _DTYPE]
     op(
@@ -203,8 +200,8 @@ def _new_op(name: str, value: float | None) -> None:
         outputs=[Port("y", None, dtype="any")],
         infer=_new_infer,
         layer="hndl.torch.layers.NewFull",
-        inference="the output has shape's sizes (-1: x's dim aligned from the right, as expand's; a symbol: the dim "
-        "of x, or else of like, it names), and x's dtype unless dtype is given",
+        inference="the output has shape's sizes (-1: x's dim aligned from the right, as expand's; a symbol or an "
+        "expression: the dim of x, or else of like, it names, or its value), and x's dtype unless dtype is given",
         example={"op": name, "shape": [1, -1, -1], **({"value": 2.0} if value is None else {})},
         input_shape_example=["B", "T"],
         returns="new",

@@ -1,4 +1,4 @@
-"""Indexing ops: select, slice, chunk, pad.
+"""Indexing ops: select, slice, chunk, pad, fill_region.
 
 Dims are torch dims (negative counts from the end). A length that depends on a symbolic dim is written in
 that symbol where the formula holds for every size the dim can take (``x[:, 1:]`` of ``[B, T]`` is
@@ -12,6 +12,7 @@ from typing import Any
 
 from .._contracts import TensorType, format_shape, unknown_dim
 from .._dims import Dim, dim_add, dim_floordiv, format_dim
+from .._param_types import ParamType, excerpt
 from .._registry import InferError, Param, Params, Port, layer_of, op
 from ._common import norm_dim, open_at, open_index
 from ._shape import MAX_PARTS, _split_infer
@@ -275,3 +276,99 @@ def pad(p: Params, inputs: Sequence[TensorType]) -> Any:
     """Pad the last dims (``torch.nn.functional.pad``): ``pad: [1, 2]`` adds one element before and two after
     along the last dim; ``[1, 1, 1, 1]`` adds a border of one to height and width."""
     return layer_of("pad")(list(p.pad), p.mode, p.value)
+
+
+# --- fill_region ----------------------------------------------------------------------------------------
+
+
+class _Ends(ParamType):
+    """Where each slice of a region ends: an integer (negative counts from the end) or null (to the end)."""
+
+    name, description = "ends", "list of integers or nulls (null: to the end)"
+
+    def normalize(self, value: Any) -> tuple[Any, str]:
+        if not isinstance(value, (list, tuple)) or not all(
+            v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in value
+        ):
+            return None, f"must be a list of integers or nulls, got {excerpt(value)}"
+        return tuple(value), ""
+
+    def schema(self, bounds: Mapping[str, float]) -> dict[str, Any]:
+        return {"type": "array", "items": {"type": ["integer", "null"]}}
+
+
+def _fill_region_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
+    t = inputs[0]
+    for name in ("start", "end", "step"):
+        given = getattr(p, name)
+        if given is not None and len(given) != len(p.dims):
+            raise InferError(
+                f"{name} has {len(given)} entries for {len(p.dims)} dims",
+                code="E_PARAM",
+                param=name,
+                expected=f"one entry per dim of dims {list(p.dims)}",
+                actual=list(given),
+            )
+    if p.step is not None and any(s < 1 for s in p.step):
+        raise InferError(
+            f"step {list(p.step)} has an entry below 1",
+            code="E_PARAM",
+            param="step",
+            expected="steps >= 1",
+            actual=list(p.step),
+        )
+    if t.shape is None or open_at(t.shape) is not None:
+        return [t]
+    rank = len(t.shape)
+    seen: set[int] = set()
+    for d in p.dims:
+        k = norm_dim(d, rank, "dims")
+        if k in seen:
+            raise InferError(
+                f"dims {list(p.dims)} names dim {k} twice",
+                code="E_PARAM",
+                param="dims",
+                expected="each dim once",
+                actual=list(p.dims),
+            )
+        seen.add(k)
+    return [t]
+
+
+@op(
+    "fill_region",
+    saves="none",
+    passes_gradient=True,
+    params=[
+        Param("dims", "ints", min=-64, doc="the dims the region is sliced along; the others are taken whole"),
+        Param("start", "ints", doc="per dim of dims, the region's first position (negative counts from the end)"),
+        Param(
+            "end",
+            _Ends(),
+            doc="per dim of dims, one past its last position (negative counts from the end; null: to the end)",
+        ),
+        Param("step", "ints", default=None, nullable=True, doc="per dim of dims, the stride (null: 1 each)"),
+        Param("value", "float", doc="the value written into the region"),
+    ],
+    inputs=[Port("x", None, dtype="any")],
+    outputs=[Port("y", None, dtype="same:x")],
+    infer=_fill_region_infer,
+    layer="hndl.torch.layers.FillRegion",
+    inference="the output has x's shape and dtype; each dim of dims must exist and appear once",
+    example={"op": "fill_region", "dims": [0, 1], "start": [-2, -1], "end": [None, None], "value": 2.0},
+    input_shape_example=["H", "W"],
+    returns="new",
+    error_example={"params": {"dims": [0, 0], "start": [0, 1], "end": [1, 2], "value": 1.0}, "inputs": [["H", "W"]]},
+)
+def fill_region(p: Params, inputs: Sequence[TensorType]) -> Any:
+    """A copy of ``x`` with ``value`` written into a region of slices (``y = x.clone(); y[a:b, c:d] = value``),
+    out of place: the nodes that read ``x`` still see it unchanged.
+
+    ``{op: fill_region, in: mask, dims: [0, 1], start: [-2, -1], end: [-1, null], value: 4}`` is
+    ``mask[-2:-1, -1:] = 4`` (Swin's shifted-window mask is written region by region so). The bounds are Python's
+    slice bounds, so a region follows the sizes of a symbolic dim (``-2`` is the second-to-last position at any
+    size). A value written into an integer tensor is cut toward zero, as torch's assignment does.
+    """
+    return layer_of("fill_region")(
+        list(p.dims), list(p.start), list(p.end), None if p.step is None else list(p.step), p.value
+    )

@@ -15,8 +15,9 @@ from .._contracts import TensorType, format_shape, unknown_dim
 from .._dims import Dim, dim_add, dim_floordiv, dim_mul, format_dim
 from .._param_types import excerpt
 from .._registry import InferError, Param, Params, Port, layer_of, op
+from .._size_reads import SizeRead
 from ._common import norm_dim, open_at, open_index, product, promote, provably_different
-from ._tensor import _Sizes, resolve_sizes
+from ._tensor import _Sizes, plan_dim, resolve_sizes
 
 # --- concat ---------------------------------------------------------------------------------------------
 
@@ -240,11 +241,12 @@ class _ReshapeSizes(_Sizes):
         return {**super().schema(bounds), "not": {"contains": {"const": -1}, "minContains": 2}}
 
 
-def _reshape_plan(p: Params, inputs: Sequence[TensorType]) -> list[tuple[str, int] | int]:
-    """Each target size as an int (-1 included) or the input dim a symbol names: ``("x", i)`` or ``("like", i)``.
+def _reshape_plan(p: Params, inputs: Sequence[TensorType]) -> list[tuple[str, int] | int | SizeRead]:
+    """Each target size as an int (-1 included), the input dim a symbol or expression names (``("x", i)`` or
+    ``("like", i)``), or a size computed per call from input dims (``8*h`` from a dim ``16*h``).
 
     Raises:
-        InferError: E_PARAM for a symbol neither input's shape has.
+        InferError: E_PARAM for a size neither input's shape has or gives the symbols of.
     """
     x = inputs[0].shape or ()
     like = inputs[1].shape if len(inputs) > 1 else None
@@ -260,8 +262,7 @@ def _reshape_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
         like = inputs[1].shape if len(inputs) > 1 else None
         if open_at(t.shape) is not None or (like is not None and open_at(like) is not None):
             return [TensorType(None, t.dtype)]
-        sources = {"x": t.shape, "like": like}
-        target = [d if isinstance(d, int) else sources[d[0]][d[1]] for d in _reshape_plan(p, inputs)]  # type: ignore[index]
+        target = [plan_dim(d, t.shape, like) for d in _reshape_plan(p, inputs)]
     k = open_at(t.shape)
     if k is not None:
         if not 0 <= p.start_dim <= k:
@@ -316,8 +317,9 @@ def _reshape_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
         Param(
             "shape",
             _ReshapeSizes(),
-            doc="the new sizes of dims start_dim..; -1 once for the size that follows; a symbol names a dim of x "
-            "(or else of like), read on every call",
+            doc="the new sizes of dims start_dim..; -1 once for the size that follows; a symbol or an expression "
+            "(8*h) names a dim of x (or else of like), or is computed from the dims its symbols are read from "
+            "(h from a dim 16*h), on every call",
         ),
         Param("start_dim", "int", default=0, doc="the first dim to reshape; earlier (batch) dims stay"),
     ],

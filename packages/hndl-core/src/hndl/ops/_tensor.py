@@ -11,9 +11,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._contracts import TensorType, format_shape
-from .._dims import SYMBOL_RE, Dim, format_dim, symbol
+from .._dims import SYMBOL_RE, Dim, DimError, format_dim, free_symbols, parse_dim, symbol
 from .._param_types import ParamType, excerpt
 from .._registry import InferError, Param, Params, Port, layer_of, op
+from .._size_reads import SizeRead, plan_size_read
 from ._common import DTYPE_RULES, open_at, provably_different
 
 # --- parameter ------------------------------------------------------------------------------------------
@@ -116,9 +117,10 @@ def _is_size(value: Any) -> bool:
 
 
 class _Sizes(ParamType):
-    """``expand``'s target: sizes (ints), ``-1`` (keep the input's dim) or symbol names (``B``)."""
+    """``expand``'s and ``new_*``'s target: sizes (ints), ``-1`` (keep the input's dim), symbol names (``B``) or
+    expressions over them (``8*h``)."""
 
-    name, description = "sizes", "list of sizes: integers, -1 (keep), or symbol names such as B"
+    name, description = "sizes", "list of sizes: integers, -1 (keep), symbols such as B, or expressions such as 8*h"
 
     def normalize(self, value: Any) -> tuple[Any, str]:
         if not isinstance(value, (list, tuple)):
@@ -127,8 +129,15 @@ class _Sizes(ParamType):
             if _is_size(item):
                 if item < -1:
                     return None, f"sizes must be 0 or more, or -1 to keep a dim, got {excerpt(value)}"
-            elif not (isinstance(item, str) and SYMBOL_RE.match(item)):
-                return None, f"entries must be integers or symbol names, got {excerpt(value)}"
+            elif not isinstance(item, str):
+                return None, f"entries must be integers, symbols or expressions over them, got {excerpt(value)}"
+            else:
+                try:
+                    size = parse_dim(item)
+                except DimError as exc:
+                    return None, f"entry {excerpt(item)} is not a size expression: {exc}"
+                if isinstance(size, int):
+                    return None, f"entry {excerpt(item)} is a number written as text; write {size}"
         return tuple(value), ""
 
     def schema(self, bounds: Mapping[str, float]) -> dict[str, Any]:
@@ -137,23 +146,28 @@ class _Sizes(ParamType):
             "items": {
                 "anyOf": [
                     {"type": "integer", "minimum": -1},
-                    {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                    {"type": "string", "pattern": r"^[A-Za-z0-9_*+\-/() ]+$"},
                 ]
             },
         }
 
 
-def resolve_sizes(sizes: Sequence[Any], x: Sequence[Dim], like: Sequence[Dim] | None) -> list[tuple[str, int] | int]:
-    """Where each target size comes from: ``("x", i)`` / ``("like", i)`` (a dim of an input) or an int.
+def resolve_sizes(
+    sizes: Sequence[Any], x: Sequence[Dim], like: Sequence[Dim] | None
+) -> list[tuple[str, int] | int | SizeRead]:
+    """Where each target size comes from: ``("x", i)`` / ``("like", i)`` (a dim of an input), an int, or a
+    :class:`~hndl._size_reads.SizeRead` (computed per call from input dims).
 
-    A symbol is looked up in ``x``'s static shape, then in ``like``'s; ``-1`` keeps ``x``'s aligned dim.
-    The run-time layer reads the same dims, so the plan is made once, at build time.
+    A symbol or an expression (``8*h``) is looked up in ``x``'s static shape, then in ``like``'s; one that is
+    neither's dim is computed from the dims its symbols can be read back from (``h`` from a dim ``16*h``). ``-1``
+    keeps ``x``'s aligned dim. The run-time layer reads the same dims, so the plan is made once, at build time.
 
     Raises:
-        InferError: E_PARAM for a symbol neither input carries, or a -1 with no input dim to keep.
+        InferError: E_PARAM for a size neither input carries nor gives the symbols of, or a -1 with no input dim
+        to keep.
     """
     offset = len(sizes) - len(x)
-    plan: list[tuple[str, int] | int] = []
+    plan: list[tuple[str, int] | int | SizeRead] = []
     for i, size in enumerate(sizes):
         if _is_size(size) and size >= 0:
             plan.append(size)
@@ -168,24 +182,51 @@ def resolve_sizes(sizes: Sequence[Any], x: Sequence[Dim], like: Sequence[Dim] | 
                 )
             plan.append(("x", i - offset))
         else:
-            wanted = symbol(size)
-            source = next((("x", j) for j, d in enumerate(x) if d == wanted), None)
-            if source is None and like is not None:
-                source = next((("like", j) for j, d in enumerate(like) if d == wanted), None)
-            if source is None:
-                shapes = f"{format_shape(tuple(x))}" + ("" if like is None else f" or {format_shape(tuple(like))}")
-                raise InferError(
-                    f"symbol {size!r} is not a dim of {shapes}",
-                    code="E_PARAM",
-                    param="shape",
-                    expected="sizes, -1, or symbols that appear in an input's shape",
-                    actual=list(sizes),
-                    hint="pass a tensor that has this dim as a second input (in: [x, like])"
-                    if like is None
-                    else "use a symbol of either input's shape, or an int",
-                )
-            plan.append(source)
+            plan.append(_size_source(size, x, like, sizes))
     return plan
+
+
+def _size_source(
+    size: str, x: Sequence[Dim], like: Sequence[Dim] | None, sizes: Sequence[Any]
+) -> tuple[str, int] | SizeRead:
+    wanted = parse_dim(size)
+    source: tuple[str, int] | SizeRead | None = next((("x", j) for j, d in enumerate(x) if d == wanted), None)
+    if source is None and like is not None:
+        source = next((("like", j) for j, d in enumerate(like) if d == wanted), None)
+    if source is None:
+        source = plan_size_read(wanted, {"x": x, "like": like})
+    if source is None:
+        shapes = f"{format_shape(tuple(x))}" + ("" if like is None else f" or {format_shape(tuple(like))}")
+        missing = sorted(s for s in free_symbols(wanted) if plan_size_read(symbol(s), {"x": x, "like": like}) is None)
+        if SYMBOL_RE.match(size):
+            message = f"symbol {size!r} is not a dim of {shapes}"
+        else:
+            message = (
+                f"size {size!r} is not a dim of {shapes}, and {', '.join(missing) or 'its symbols'} cannot be read "
+                "from one (a dim c*s+k gives s)"
+            )
+        raise InferError(
+            message,
+            code="E_PARAM",
+            param="shape",
+            expected="sizes, -1, or symbols and expressions over the symbols of an input's shape",
+            actual=list(sizes),
+            hint="pass a tensor that has this dim as a second input (in: [x, like])"
+            if like is None
+            else "use a symbol of either input's shape, or an int",
+        )
+    return source
+
+
+def plan_dim(entry: tuple[str, int] | int | SizeRead, x: Sequence[Dim], like: Sequence[Dim] | None) -> Dim:
+    """The size a plan entry of :func:`resolve_sizes` gives, as the checker infers it."""
+    if isinstance(entry, int):
+        return entry
+    if isinstance(entry, SizeRead):
+        return entry.expr
+    held = x if entry[0] == "x" else like
+    assert held is not None
+    return held[entry[1]]
 
 
 def _expand_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
@@ -205,7 +246,7 @@ def _expand_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     out: list[Dim] = []
     offset = len(p.shape) - len(x.shape)
     for i, source in enumerate(plan):
-        target = source if isinstance(source, int) else (x.shape if source[0] == "x" else like)[source[1]]  # type: ignore[index]
+        target = plan_dim(source, x.shape, like)
         if i >= offset:
             have = x.shape[i - offset]
             if have != 1 and provably_different(have, target):
@@ -229,7 +270,8 @@ def _expand_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
         Param(
             "shape",
             _Sizes(),
-            doc="the target shape: ints, -1 to keep a dim, or symbols of an input's shape ([B, 1, D])",
+            doc="the target shape: ints, -1 to keep a dim, symbols of an input's shape ([B, 1, D]), or expressions "
+            "over them (8*h)",
         )
     ],
     inputs=[

@@ -10,9 +10,13 @@ from the instance dict per call; a ``Concat`` of two inputs, a ``Reshape`` with 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
+
+from .._size_reads import SizeRead
 
 __all__ = ["Concat", "Expand", "Pad", "Permute", "Reshape", "Select", "Slice", "Split", "Transpose"]
 
@@ -65,31 +69,46 @@ class Split(nn.Module):
 
 class Reshape(nn.Module):
     """Reshape the dims from ``start_dim`` on into ``shape`` (``-1`` once for the rest); earlier dims stay. A size
-    may be read on every call from a dim of ``x`` or of a second tensor ``like``: a plan entry ``("x", i)`` or
-    ``("like", i)``."""
+    may be read on every call from a dim of ``x`` or of a second tensor ``like`` (a plan entry ``("x", i)`` or
+    ``("like", i)``), or computed from such dims (a :class:`~hndl._size_reads.SizeRead`: ``8*h`` from ``16*h``)."""
 
-    def __init__(self, shape: list[int | tuple[str, int]], start_dim: int = 0) -> None:
+    def __init__(self, shape: list[int | tuple[str, int] | SizeRead], start_dim: int = 0) -> None:
         super().__init__()
-        plan = [s if isinstance(s, int) else (str(s[0]), int(s[1])) for s in shape]
+        plan = [_plan_entry(s) for s in shape]
         self.shape = tuple(s if isinstance(s, int) else -1 for s in plan)
         self.start_dim = start_dim
-        # (position in shape, "x" or "like", dim): the sizes filled in per call
-        self.reads = [(i, s[0], s[1]) for i, s in enumerate(plan) if not isinstance(s, int)]
+        # (position in shape, what gives it): the sizes filled in per call
+        self.reads = [(i, s) for i, s in enumerate(plan) if not isinstance(s, int)]
 
     def forward(self, x: Tensor, like: Tensor | None = None) -> Tensor:
         shape: tuple[int, ...] = self.shape
         if self.reads:
             sizes = list(shape)
-            for i, source, j in self.reads:
-                sizes[i] = (x if source == "x" or like is None else like).shape[j]
+            for i, read in self.reads:
+                sizes[i] = _read_size(read, x, like)
             shape = tuple(sizes)
         if self.start_dim == 0:
             return x.reshape(shape)
         return x.reshape(x.shape[: self.start_dim] + shape)
 
     def extra_repr(self) -> str:
-        reads = f", reads={self.reads}" if self.reads else ""
+        reads = (
+            f", reads={[(i, str(r) if isinstance(r, SizeRead) else r) for i, r in self.reads]}" if self.reads else ""
+        )
         return f"shape={list(self.shape)}, start_dim={self.start_dim}{reads}"
+
+
+def _plan_entry(entry: int | tuple[str, int] | SizeRead) -> int | tuple[str, int] | SizeRead:
+    if isinstance(entry, (int, SizeRead)):
+        return entry
+    return (str(entry[0]), int(entry[1]))
+
+
+def _read_size(read: tuple[str, int] | SizeRead, x: Tensor, like: Tensor | None) -> Any:
+    """A size of a plan read for this call: a dim of ``x`` or ``like``, or computed from their dims."""
+    if isinstance(read, SizeRead):
+        return read.value(x, like)
+    return (x if read[0] == "x" or like is None else like).shape[read[1]]
 
 
 class Permute(nn.Module):
@@ -122,26 +141,31 @@ class Transpose(nn.Module):
 
 
 class Expand(nn.Module):
-    """``x.expand(sizes)``, each size an int or read on every call from a dim of ``x`` or of a second
-    tensor ``like``: a plan entry ``("x", i)`` or ``("like", i)``."""
+    """``x.expand(sizes)``, each size an int, read on every call from a dim of ``x`` or of a second tensor
+    ``like`` (a plan entry ``("x", i)`` or ``("like", i)``), or computed from such dims (a
+    :class:`~hndl._size_reads.SizeRead`)."""
 
-    def __init__(self, plan: list[tuple[str, int] | int]) -> None:
+    def __init__(self, plan: list[tuple[str, int] | int | SizeRead]) -> None:
         super().__init__()
-        self.plan = [entry if isinstance(entry, int) else (str(entry[0]), int(entry[1])) for entry in plan]
-        # x.expand keeps a dim given as -1; the dims read from like are filled in per call
+        self.plan = [_plan_entry(entry) for entry in plan]
+        # x.expand keeps a dim given as -1; the dims read from like, and those computed, are filled in per call
         self.sizes = [e if isinstance(e, int) else -1 for e in self.plan]
-        self.from_like = [(i, e[1]) for i, e in enumerate(self.plan) if isinstance(e, tuple) and e[0] == "like"]
+        self.from_like = [
+            (i, e)
+            for i, e in enumerate(self.plan)
+            if isinstance(e, SizeRead) or (isinstance(e, tuple) and e[0] == "like")
+        ]
 
     def forward(self, x: Tensor, like: Tensor | None = None) -> Tensor:
-        if like is None or not self.from_like:
+        if not self.from_like or (like is None and not any(isinstance(e, SizeRead) for _, e in self.from_like)):
             return x.expand(self.sizes)
         sizes = list(self.sizes)
-        for i, j in self.from_like:
-            sizes[i] = like.shape[j]
+        for i, read in self.from_like:
+            sizes[i] = _read_size(read, x, like)
         return x.expand(sizes)
 
     def extra_repr(self) -> str:
-        return f"plan={self.plan}"
+        return f"plan={[str(e) if isinstance(e, SizeRead) else e for e in self.plan]}"
 
 
 class Select(nn.Module):
@@ -175,6 +199,30 @@ class Slice(nn.Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, start={self.start}, end={self.end}, step={self.step}"
+
+
+class FillRegion(nn.Module):
+    """A copy of ``x`` with ``value`` written into the region ``x[..., start:end:step, ...]`` along ``dims``."""
+
+    def __init__(
+        self, dims: list[int], start: list[int], end: list[int | None], step: list[int] | None, value: float
+    ) -> None:
+        super().__init__()
+        self.dims = tuple(dims)
+        steps = step if step is not None else [1] * len(dims)
+        self.slices = tuple(slice(s, e, k) for s, e, k in zip(start, end, steps, strict=True))
+        self.value = value
+
+    def forward(self, x: Tensor) -> Tensor:
+        index: list[Any] = [slice(None)] * x.dim()
+        for d, part in zip(self.dims, self.slices):
+            index[d % x.dim()] = part
+        y = x.clone()
+        y[tuple(index)] = self.value
+        return y
+
+    def extra_repr(self) -> str:
+        return f"dims={list(self.dims)}, slices={list(self.slices)}, value={self.value}"
 
 
 class Pad(nn.Module):

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .._size_reads import SizeRead
+
 __all__ = [
     "Arange",
     "Einsum",
@@ -126,23 +128,32 @@ class FullLike(nn.Module):
 
 
 class NewFull(nn.Module):
-    """``x.new_full(sizes, value, dtype=dtype)``, each size an int or read on every call from a dim of ``x`` or of
-    a second tensor ``like`` (a plan entry ``("x", i)`` or ``("like", i)``)."""
+    """``x.new_full(sizes, value, dtype=dtype)``, each size an int, read on every call from a dim of ``x`` or of
+    a second tensor ``like`` (a plan entry ``("x", i)`` or ``("like", i)``), or computed from such dims (a
+    :class:`~hndl._size_reads.SizeRead`)."""
 
-    def __init__(self, plan: list[tuple[str, int] | int], value: float, dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self, plan: list[tuple[str, int] | int | SizeRead], value: float, dtype: torch.dtype | None = None
+    ) -> None:
         super().__init__()
-        self.plan = [entry if isinstance(entry, int) else (str(entry[0]), int(entry[1])) for entry in plan]
+        self.plan = [entry if isinstance(entry, (int, SizeRead)) else (str(entry[0]), int(entry[1])) for entry in plan]
         self.value = value
         self.dtype = dtype
 
     def forward(self, x: Tensor, like: Tensor | None = None) -> Tensor:
         sizes = [
-            e if isinstance(e, int) else (x if e[0] == "x" or like is None else like).shape[e[1]] for e in self.plan
+            e
+            if isinstance(e, int)
+            else e.value(x, like)
+            if isinstance(e, SizeRead)
+            else (x if e[0] == "x" or like is None else like).shape[e[1]]
+            for e in self.plan
         ]
         return x.new_full(sizes, self.value, dtype=self.dtype)
 
     def extra_repr(self) -> str:
-        return f"plan={self.plan}, value={self.value}, dtype={self.dtype}"
+        plan = [str(e) if isinstance(e, SizeRead) else e for e in self.plan]
+        return f"plan={plan}, value={self.value}, dtype={self.dtype}"
 
 
 class LearnedTensor(nn.Module):
