@@ -56,12 +56,13 @@ def _floating_out(node: Any) -> bool:
 
 
 def _may_follow(node: Any) -> bool:
-    """Whether ``node`` is a floating conversion or fill whose dtype the twin may show otherwise. A fill that reads
-    no tensor and is given no dtype (``torch.zeros(B, 4)``) is at torch's default dtype in both traces."""
+    """Whether ``node`` is a floating conversion or fill whose dtype the twin may show otherwise. A fill given no
+    dtype is at its input's dtype (``x.new_zeros(...)``, ``zeros_like(x)``: so is the row's node, which then
+    writes none) or at torch's default (``torch.zeros(B, 4)``) in both traces: neither asks for the twin."""
     target = str(node.target)
     if node.op != "call_function" or target not in CONVERSIONS | FILLS or not _floating_out(node):
         return False
-    return target in CONVERSIONS | FILLS_FOLLOWING_INPUT or node.kwargs.get("dtype") is not None
+    return target in CONVERSIONS or node.kwargs.get("dtype") is not None
 
 
 def twin_dtypes(traced: Traced, nodes: Sequence[Any], skip: Any, notes: list[str]) -> dict[str, tuple[Any, ...]]:

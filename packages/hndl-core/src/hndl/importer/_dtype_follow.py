@@ -16,7 +16,7 @@ module (``_compare_modes``), which then traces neither again.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,7 +153,14 @@ class Following:
         )
 
 
-def find_following(traced: Traced, folding: Folding, known: Followers | None, notes: list[str], op: str) -> Following:
+def find_following(
+    traced: Traced,
+    folding: Folding,
+    known: Followers | None,
+    notes: list[str],
+    op: str,
+    numbers: Collection[Any] = (),
+) -> Following:
     """The frontier values of ``folding`` whose dtype follows the activations' (``_fold.followers``), from a second
     trace in float64, made only when a floating frontier value may follow (:func:`may_follow`), and a third under
     autocast when one can be cast.
@@ -164,6 +171,8 @@ def find_following(traced: Traced, folding: Folding, known: Followers | None, no
             replace those of ``folding``'s frontier, by node name).
         notes: the graph's notes, told when the module cannot be traced under autocast.
         op: the module's class name, for a message.
+        numbers: frontier values read only as numbers (a fill's value, ``_region_writes``): no node holds them,
+            so their dtype is nobody's to follow.
 
     Raises:
         HndlError: ``E_IMPORT`` when the float64 trace fails or is another program.
@@ -173,7 +182,7 @@ def find_following(traced: Traced, folding: Folding, known: Followers | None, no
         return _reuse(nodes, folding, known)
     dtypes: dict[Any, tuple[Any, ...]] = {}
     constants = frozenset(traced.program.graph_signature.inputs_to_lifted_tensor_constants)
-    if not may_follow(folding, nodes, constants):
+    if not may_follow(folding, nodes, constants, frozenset(numbers)):
         return Following(folding, {}, dtypes)
     try:
         twin = retrace_float64(traced)
@@ -213,7 +222,9 @@ def find_following(traced: Traced, folding: Folding, known: Followers | None, no
     return Following(folding, found, dtypes)
 
 
-def may_follow(folding: Folding, nodes: Sequence[Any], constants: frozenset[str]) -> bool:
+def may_follow(
+    folding: Folding, nodes: Sequence[Any], constants: frozenset[str], numbers: frozenset[Any] = frozenset()
+) -> bool:
     """Whether a floating frontier value of ``folding`` may have another dtype in the float64 twin, so that only
     that trace can tell (:func:`find_following`).
 
@@ -228,6 +239,7 @@ def may_follow(folding: Folding, nodes: Sequence[Any], constants: frozenset[str]
     Args:
         nodes: the traced nodes ``folding`` was computed from, in order.
         constants: the names of the program's lifted constant placeholders.
+        numbers: frontier values read only as numbers (no node holds them).
     """
 
     sourced: set[Any] = set()  # folded values whose dtype may come from an activation's
@@ -239,7 +251,7 @@ def may_follow(folding: Folding, nodes: Sequence[Any], constants: frozenset[str]
                 sourced.add(n)
         elif any(a in sourced for a in n.all_input_nodes) or _takes_dtype(n, folding.folded):
             sourced.add(n)
-    return any(n in sourced and _floating(folding.values.get(n)) for n in folding.frontier)
+    return any(n in sourced and n not in numbers and _floating(folding.values.get(n)) for n in folding.frontier)
 
 
 def _takes_dtype(node: Any, folded: set[Any]) -> bool:

@@ -183,11 +183,11 @@ class _Translator:
         aliases = Aliases(self.nodes, self.user_inputs, self.parameters, self.buffers, self.calls.describe)
         folding = self.folding = fold(self.nodes, program_tensors(self.program))
         keep_state(folding, self.nodes, self.buffers, self.state, self.graph)
-        following = self.following = find_following(
-            self.traced, folding, self.known, self.graph.notes, class_name(self.root)
-        )
         writes = self.region_writes = RegionWrites(
             self.nodes, folding.refused, lambda v: v.op == "call_function", folding.values
+        )
+        following = self.following = find_following(
+            self.traced, folding, self.known, self.graph.notes, class_name(self.root), numbers=writes.absorbed
         )
         results: dict[Any, Any] = {}
         widths = self.known.widths if self.known is not None else None
