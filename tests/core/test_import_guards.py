@@ -217,3 +217,29 @@ def test_a_batch_of_one_still_imports_where_only_torchs_own_guards_exclude_it() 
     model = hndl.build(graph).eval()
     x = torch.randn(1, 3, 2)
     assert torch.equal(model(x), net(x))
+
+
+class EvenFromFour(nn.Module):
+    """One branch where H is a multiple of 64 and at least 128."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[2] % 64 == 0 and x.shape[2] >= 128:
+            return x * 2
+        return x + 1
+
+
+def test_the_multiple_the_hint_writes_keeps_the_least_size() -> None:
+    # h even and at least 4 under 32*Dim("h") is k at least 2 under 64*Dim("k"): the hint said 64*Dim("h") (a min
+    # of 2 was taken for torch's own), and at H = 64 that took the branch not traced
+    with pytest.raises(hndl.HndlError) as err:
+        hndl.from_module(EvenFromFour(), torch.randn(2, 3, 128, 8), dynamic_shapes=({2: 32 * Dim("h")},))
+    hint = err.value.problems[0].hint or ""
+    assert "write dim 2 of 'x' as 64*Dim(\"h\", min=2)" in hint
+    net = EvenFromFour()
+    graph = hndl.from_module(net, torch.randn(2, 3, 128, 8), dynamic_shapes=({2: 64 * Dim("h", min=2)},))
+    model = hndl.build(graph).eval()
+    for size in (128, 256):
+        x = torch.randn(2, 3, size, 8)
+        assert torch.equal(model(x), net(x))
+    with pytest.raises(hndl.HndlError):
+        model(torch.randn(2, 3, 64, 8))

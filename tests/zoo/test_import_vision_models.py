@@ -121,8 +121,9 @@ FIXED_RESOLUTION = {
     "clip_vision": "learned position embeddings of the configured image size",
     "vit_tiny_patch16_224": "learned position embeddings of the configured image size",
     "deit_tiny_distilled_patch16_224": "learned position embeddings of the configured image size",
-    # imports at symbolic H, W too (the two-stage swin_t above is tested so), but each of the import's traces
-    # takes torch.export about two minutes of symbolic reasoning over four stages here (eight in all)
+    # imports at symbolic H, W too, as 64*Dim("h", min=2) (the last stage's map must be even and more than one
+    # window), but in 158 s here, two traces of over a minute of torch.export's symbolic reasoning each; the
+    # two-stage swin_t above is tested at symbolic sizes instead
     "swin_t_four_stages": "four stages at symbolic H, W take torch.export minutes per trace; two stages are tested",
     # torchvision's MaxViT fixes its grid from input_size at construction (WindowDepartition's gh, gw and the
     # grid attention's partition count): the eager model itself fails at any other size (built for 64x64, a

@@ -275,7 +275,7 @@ def _fix(dim: str, run: tuple[int, int | None], period: tuple[int, int, int] | N
     if period is not None:
         p, r, first = period
         least = (first - r) // p
-        root = f'Dim("{dim}"' + (f", min={least})" if least > ASSUMED_MINIMUM else ")")
+        root = f'Dim("{dim}"' + (f", min={least})" if least > 1 else ")")
         written = []
         for name, axis, size in dims.uses.get(dim, []):
             new = format_dim(substitute(parse_dim(size), {dim: dim_add(dim_mul(p, symbol(dim)), r)}))
