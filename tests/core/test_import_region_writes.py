@@ -100,6 +100,22 @@ def test_a_view_made_before_a_fill_and_read_after_is_still_refused() -> None:
     assert "after an in-place operation changed it through another view" in str(err.value)
 
 
+class FillResultRead(nn.Module):
+    """``fill_`` returns the view it wrote; here that view is read."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = x.new_zeros((x.shape[-2], x.shape[-1]))
+        corner = m[:2, :2].fill_(3.0)
+        return x + m + corner.sum()
+
+
+def test_a_fill_whose_own_result_is_read_is_refused() -> None:
+    # fill_region gives the whole tensor, not the region fill_ returns: read, it would be the wrong value
+    with pytest.raises(hndl.HndlError) as err:
+        hndl.from_module(FillResultRead().eval(), torch.randn(2, 3, 8, 8), dynamic_shapes=HW)
+    assert "aten.fill_.Scalar: a fill into slices whose own result (the region it wrote) is read" in str(err.value)
+
+
 class FillTensor(nn.Module):
     """A slice filled with a tensor computed from the input: not a number, so not a fill_region."""
 

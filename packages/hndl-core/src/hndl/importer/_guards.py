@@ -82,8 +82,8 @@ class _Dims:
         self.automatic = symbols.automatic
         self.low = {d: max(ASSUMED_MINIMUM, ranges.get(d, {}).get("min", ASSUMED_MINIMUM)) for d in self.names}
         # whether the contract takes size 1: torch traces as if every dynamic dim were 2 or more (its guards
-        # `size != 1` say only that), but a branch its trace decided can fail at 1 all the same (Swin turns the
-        # shift off where the map is one window: `W//16 > 1`), and the contract takes 1 unless a min says not
+        # `W // 32 > 1` say only that), but a branch its trace decided can fail at 1 all the same (Swin turns the
+        # shift off where the map is one window), and the contract takes 1 unless a min says not
         self.one = {d: "min" not in ranges.get(d, {}) and symbols.declared_min.get(d, 0) <= 1 for d in self.names}
         self.high: dict[str, int | None] = {d: ranges.get(d, {}).get("max") for d in self.names}
 

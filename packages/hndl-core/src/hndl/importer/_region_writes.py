@@ -44,10 +44,18 @@ class RegionWrites:
         self.writes: dict[Any, tuple[Any, dict[str, Any]]] = {}
         #: the slices that only lead to a write, and the constants only written: no node of their own
         self.absorbed: set[Any] = set()
+        #: a fill of this kind left refused -> why (said instead of folding's reason)
+        self.why: dict[Any, str] = {}
         by_root: dict[Any, list[Any]] = {}
         for i, n in enumerate(nodes):
             self.position[n] = i
             if n not in refused or str(n.target) not in _FILLS:
+                continue
+            if n.users:  # left refused: fill_region gives the whole tensor, not the view fill_ returns
+                self.why[n] = (
+                    "a fill into slices whose own result (the region it wrote) is read: only a fill whose result "
+                    "nothing reads is written out of place (fill_region gives the whole tensor)"
+                )
                 continue
             found = _region(n, constants)
             if found is None or not made_inside(found[0]):

@@ -151,7 +151,7 @@ def _masked_fill(site: Site) -> Emit:
     value = _constant(value, "masked_fill")
     dtype = x.meta["val"].dtype
     if dtype.is_floating_point or (isinstance(value, int) and dtype != _bool()):
-        if site.shape(mask) != site.shape(x) and len(site.shape(mask)) > len(site.shape(x)):
+        if len(site.shape(mask)) > len(site.shape(x)):  # torch refuses it; where would broadcast x up
             raise Unsupported("masked_fill with a mask of higher rank than the tensor")
         return Emit("where", [mask, x], {"a": value})
     raise Unsupported(f"masked_fill of a {dtype} tensor with {value!r}, whose kind where would promote to")

@@ -234,7 +234,7 @@ class _Translator:
                 waits="an op that fills a tensor of another's sizes; until then make the dim static",
             )
         if row is None and n in self.folding.refused:  # an in-place write that only folding could import
-            raise Unsupported(self.folding.refused[n])
+            raise Unsupported(self.region_writes.why.get(n) or self.folding.refused[n])
         if row is None:
             raise Unsupported(f"hndl has no op for {target}", waits=PENDING.get(target))
         try:

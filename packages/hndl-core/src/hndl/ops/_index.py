@@ -340,7 +340,7 @@ def _fill_region_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorTy
     saves="none",
     passes_gradient=True,
     params=[
-        Param("dims", "ints", min=-64, doc="the dims the region is sliced along; the others are taken whole"),
+        Param("dims", "ints", doc="the dims the region is sliced along; the others are taken whole"),
         Param("start", "ints", doc="per dim of dims, the region's first position (negative counts from the end)"),
         Param(
             "end",
