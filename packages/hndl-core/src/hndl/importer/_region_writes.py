@@ -51,14 +51,14 @@ class RegionWrites:
             self.position[n] = i
             if n not in refused or str(n.target) not in _FILLS:
                 continue
+            found = _region(n, constants)
+            if found is None or not made_inside(found[0]):
+                continue
             if n.users:  # left refused: fill_region gives the whole tensor, not the view fill_ returns
                 self.why[n] = (
                     "a fill into slices whose own result (the region it wrote) is read: only a fill whose result "
                     "nothing reads is written out of place (fill_region gives the whole tensor)"
                 )
-                continue
-            found = _region(n, constants)
-            if found is None or not made_inside(found[0]):
                 continue
             root, params, chain = found
             self.writes[n] = (root, params)
