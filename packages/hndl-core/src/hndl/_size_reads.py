@@ -15,7 +15,7 @@ from typing import Any
 
 from ._dims import Dim, evaluate, free_symbols
 
-__all__ = ["SizeRead", "linear_in_one_symbol", "plan_size_read"]
+__all__ = ["SizeRead", "linear_in_one_symbol", "plan_entry", "plan_size_read", "read_size"]
 
 
 @dataclass(frozen=True)
@@ -80,3 +80,18 @@ def plan_size_read(expr: Dim, sources: Mapping[str, Sequence[Dim] | None]) -> Si
             return None
         reads.append(read)
     return SizeRead(expr, tuple(reads))
+
+
+def plan_entry(entry: int | tuple[str, int] | SizeRead) -> int | tuple[str, int] | SizeRead:
+    """A plan entry of ``resolve_sizes`` as a layer keeps it: an int, a ``SizeRead``, or ``(source, dim)``."""
+    if isinstance(entry, (int, SizeRead)):
+        return entry
+    return (str(entry[0]), int(entry[1]))
+
+
+def read_size(read: tuple[str, int] | SizeRead, x: Any, like: Any = None) -> Any:
+    """A size a plan reads for this call: a dim of ``x`` or ``like`` (``x`` when no ``like`` is passed), or one
+    computed from their dims (``Reshape``, ``Expand`` and ``NewFull`` share it)."""
+    if isinstance(read, SizeRead):
+        return read.value(x, like)
+    return (x if read[0] == "x" or like is None else like).shape[read[1]]

@@ -149,18 +149,14 @@ def _masked_fill(site: Site) -> Emit:
     if is_tensor_node(value):
         raise Unsupported("masked_fill with a tensor value (hndl's where takes it as a number only here)")
     value = _constant(value, "masked_fill")
+    import torch
+
     dtype = x.meta["val"].dtype
-    if dtype.is_floating_point or (isinstance(value, int) and dtype != _bool()):
+    if dtype.is_floating_point or (isinstance(value, int) and dtype != torch.bool):
         if len(site.shape(mask)) > len(site.shape(x)):  # torch refuses it; where would broadcast x up
             raise Unsupported("masked_fill with a mask of higher rank than the tensor")
         return Emit("where", [mask, x], {"a": value})
     raise Unsupported(f"masked_fill of a {dtype} tensor with {value!r}, whose kind where would promote to")
-
-
-def _bool() -> Any:
-    import torch
-
-    return torch.bool
 
 
 def _where(site: Site) -> Emit:

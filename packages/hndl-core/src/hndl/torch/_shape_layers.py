@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .._size_reads import SizeRead
+from .._size_reads import SizeRead, plan_entry, read_size
 
 __all__ = ["Concat", "Expand", "Pad", "Permute", "Reshape", "Select", "Slice", "Split", "Transpose"]
 
@@ -74,7 +74,7 @@ class Reshape(nn.Module):
 
     def __init__(self, shape: list[int | tuple[str, int] | SizeRead], start_dim: int = 0) -> None:
         super().__init__()
-        plan = [_plan_entry(s) for s in shape]
+        plan = [plan_entry(s) for s in shape]
         self.shape = tuple(s if isinstance(s, int) else -1 for s in plan)
         self.start_dim = start_dim
         # (position in shape, what gives it): the sizes filled in per call
@@ -85,7 +85,7 @@ class Reshape(nn.Module):
         if self.reads:
             sizes = list(shape)
             for i, read in self.reads:
-                sizes[i] = _read_size(read, x, like)
+                sizes[i] = read_size(read, x, like)
             shape = tuple(sizes)
         if self.start_dim == 0:
             return x.reshape(shape)
@@ -96,19 +96,6 @@ class Reshape(nn.Module):
             f", reads={[(i, str(r) if isinstance(r, SizeRead) else r) for i, r in self.reads]}" if self.reads else ""
         )
         return f"shape={list(self.shape)}, start_dim={self.start_dim}{reads}"
-
-
-def _plan_entry(entry: int | tuple[str, int] | SizeRead) -> int | tuple[str, int] | SizeRead:
-    if isinstance(entry, (int, SizeRead)):
-        return entry
-    return (str(entry[0]), int(entry[1]))
-
-
-def _read_size(read: tuple[str, int] | SizeRead, x: Tensor, like: Tensor | None) -> Any:
-    """A size of a plan read for this call: a dim of ``x`` or ``like``, or computed from their dims."""
-    if isinstance(read, SizeRead):
-        return read.value(x, like)
-    return (x if read[0] == "x" or like is None else like).shape[read[1]]
 
 
 class Permute(nn.Module):
@@ -147,7 +134,7 @@ class Expand(nn.Module):
 
     def __init__(self, plan: list[tuple[str, int] | int | SizeRead]) -> None:
         super().__init__()
-        self.plan = [_plan_entry(entry) for entry in plan]
+        self.plan = [plan_entry(entry) for entry in plan]
         # x.expand keeps a dim given as -1; the dims read from like, and those computed, are filled in per call
         self.sizes = [e if isinstance(e, int) else -1 for e in self.plan]
         self.from_like = [
@@ -155,13 +142,15 @@ class Expand(nn.Module):
             for i, e in enumerate(self.plan)
             if isinstance(e, SizeRead) or (isinstance(e, tuple) and e[0] == "like")
         ]
+        # without like, only computed sizes need filling in (decided here, not on every call)
+        self.computes = any(isinstance(e, SizeRead) for _, e in self.from_like)
 
     def forward(self, x: Tensor, like: Tensor | None = None) -> Tensor:
-        if not self.from_like or (like is None and not any(isinstance(e, SizeRead) for _, e in self.from_like)):
+        if not self.from_like or (like is None and not self.computes):
             return x.expand(self.sizes)
         sizes = list(self.sizes)
         for i, read in self.from_like:
-            sizes[i] = _read_size(read, x, like)
+            sizes[i] = read_size(read, x, like)
         return x.expand(sizes)
 
     def extra_repr(self) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .._size_reads import SizeRead
+from .._size_reads import SizeRead, plan_entry, read_size
 
 __all__ = [
     "Arange",
@@ -136,19 +136,12 @@ class NewFull(nn.Module):
         self, plan: list[tuple[str, int] | int | SizeRead], value: float, dtype: torch.dtype | None = None
     ) -> None:
         super().__init__()
-        self.plan = [entry if isinstance(entry, (int, SizeRead)) else (str(entry[0]), int(entry[1])) for entry in plan]
+        self.plan = [plan_entry(entry) for entry in plan]
         self.value = value
         self.dtype = dtype
 
     def forward(self, x: Tensor, like: Tensor | None = None) -> Tensor:
-        sizes = [
-            e
-            if isinstance(e, int)
-            else e.value(x, like)
-            if isinstance(e, SizeRead)
-            else (x if e[0] == "x" or like is None else like).shape[e[1]]
-            for e in self.plan
-        ]
+        sizes = [e if isinstance(e, int) else read_size(e, x, like) for e in self.plan]
         return x.new_full(sizes, self.value, dtype=self.dtype)
 
     def extra_repr(self) -> str:
