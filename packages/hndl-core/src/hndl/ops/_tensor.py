@@ -146,7 +146,9 @@ class _Sizes(ParamType):
             "items": {
                 "anyOf": [
                     {"type": "integer", "minimum": -1},
-                    {"type": "string", "pattern": r"^[A-Za-z0-9_*+\-/() ]+$"},
+                    # A letter somewhere: text with none is a number ("0", "2*3"), written as an integer.
+                    # The pattern cannot see the expression's grammar (SPEC 4.9); the parser does.
+                    {"type": "string", "pattern": r"^[0-9*+\-/() ]*[A-Za-z_][A-Za-z0-9_*+\-/() ]*$"},
                 ]
             },
         }
