@@ -157,15 +157,16 @@ def test_masked_fill_by_a_number_is_where_with_the_tensors_dtype(value: float, d
         assert torch.equal(got, want)
 
 
-def test_masked_fill_by_an_infinity_is_refused_not_a_graph_that_does_not_check() -> None:
-    # where's numbers are finite; the row said nothing and the imported graph failed its own check
-    with pytest.raises(hndl.HndlError) as err:
-        hndl.from_module(
-            MaskedFill(float("-inf"), torch.float32).eval(), torch.randn(2, 5), dynamic_shapes=({0: Dim("B")},)
-        )
-    text = str(err.value)
-    assert "masked_fill with the operand -inf: a number parameter of an op is finite" in text
-    assert "a mistake of the importer" not in text
+@pytest.mark.parametrize("value", [float("-inf"), float("inf")])
+def test_masked_fill_by_an_infinity_is_where_with_that_infinity(value: float) -> None:
+    # was refused (stop 46: where's numbers were finite), which stopped every attention masked with -inf
+    net = MaskedFill(value, torch.float32)
+    graph, model = imported(net, torch.randn(2, 5), ({0: Dim("B"), 1: Dim("T")},))
+    assert [n.params.get("a") for n in graph.nodes.values() if n.op == "where"] == [value]
+    for shape in ((3, 7), (1, 2)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            assert torch.equal(model(x), net(x))
 
 
 def test_masked_fill_of_an_integer_tensor_by_a_float_is_refused() -> None:

@@ -230,6 +230,33 @@ def test_where_with_numbers_matches_torch(a, b, expected):
     assert torch.equal(got, want)
 
 
+def test_where_takes_an_infinity_written_in_yaml_and_keeps_it_through_dumps():
+    # -inf where a mask holds is how attention scores are masked before a softmax
+    text = """
+hndl: 1
+name: masked_scores
+inputs:
+  scores: {shape: [B, T, T]}
+  future: {shape: [B, T, T], dtype: bool}
+nodes:
+  masked: {op: where, in: [future, scores], a: -.inf}
+  probs: {op: softmax, in: masked, dim: -1}
+outputs: [probs]
+"""
+    graph = hndl.loads(text)
+    assert hndl.loads(hndl.dumps(graph)).nodes["masked"].params["a"] == float("-inf")
+    scores = torch.randn(2, 4, 4)
+    future = torch.ones(4, 4, dtype=torch.bool).triu(1).expand(2, 4, 4)
+    got = hndl.build(graph)(scores, future)
+    assert torch.equal(got, torch.softmax(scores.masked_fill(future, float("-inf")), -1))
+    assert run("where", [future], a=float("nan"), b=0.0).isnan().sum() == future.sum()
+
+
+def test_a_number_parameter_of_arithmetic_stays_finite():
+    p = problem("add", (2, 3), b=float("inf"))
+    assert (p.code, p.message) == ("E_PARAM", "parameter 'b' must be a finite number, got inf")
+
+
 def test_where_needs_a_bool_condition():
     p = problem("where", ("B", 3), ("B", 3), ("B", 3))
     assert (p.code, p.port, p.message) == ("E_DTYPE", "condition", "needs dtype bool, got float")

@@ -13,7 +13,8 @@ inputs). The rule, for a flat graph whose first input is the token ids ``[B, T]`
   expand -> [B, Hkv*g, T, D]``): the cache then holds the ``Hkv`` heads and ``sdpa`` groups them itself;
 - any other value the token path reads from the inputs is computed from positions ``0 .. T-1`` (a ``[1, T]``
   or ``[B, T]`` integer node with that value on the probes, which the variant replaces by ``position_ids``:
-  rotary tables, a learned position embedding); anything else computed from the inputs is refused.
+  rotary tables, a learned position embedding; a ``[T]`` one only where embeddings broadcast into the token
+  path read it); anything else computed from the inputs is refused.
 
 Every refusal is an ``E_INPUT`` naming the node and what was expected."""
 
@@ -88,6 +89,14 @@ def _token_ids(graph: Graph) -> tuple[str, str, str]:
             hint="import with both dims dynamic: dynamic_shapes=({0: Dim('B'), 1: Dim('T')}, ...)",
         )
     return ids, str(entries[0]), str(entries[1])
+
+
+#: Elementwise ops that broadcast an embedding's ``[T, d]`` rows into a ``[B, T, d]`` result.
+_BROADCASTING = frozenset(["add", "sub", "mul"])
+
+
+def _batched(shape: Any, a: SdpaAnalysis) -> bool:
+    return shape is not None and len(shape) >= 3 and str(shape[0]) == a.batch and str(shape[1]) == a.length
 
 
 def _grouped_source(graph: Graph, checked: dict[str, Any], ref: str, readers: dict[str, list[Any]]) -> str:
@@ -240,6 +249,8 @@ class _Recognizer:
             if window is not None:
                 found.window = window if found.window is None else min(window, found.window)
         a.positions = probe.positions()
+        for name in a.positions:
+            self._shared_positions(name)
         stop = set(a.positions) | ({a.position_input} if a.position_input else set())
         for node, ref in side:
             reached = (_cone(graph, [ref], stop) & inputs) - stop
@@ -252,6 +263,34 @@ class _Recognizer:
                     source if source in graph.nodes else node.name,
                     expected="values from the inputs only through sdpa masks and position ids",
                 )
+
+    def _shared_positions(self, name: str) -> None:
+        """Positions ``[T]``, one row for the whole batch (``arange(T)`` in nanoGPT), become the variant's
+        per-row ``[B, T]`` ``position_ids`` (what makes a left-padded row equal to its prompt run alone). That
+        keeps every later shape only where they index a learned table (``embedding``) whose ``[T, d]`` rows are
+        broadcast into a ``[B, T, d]`` value (``tok_emb + pos_emb``); any other reader is refused here, where it
+        would make the variant fail its own check."""
+        shape = self.by_name[name].out_types[0].shape
+        if shape is None or len(shape) != 1:
+            return
+        a = self.a
+        for reader, _ in self.readers.get(name, []):
+            later = self.readers.get(reader.name, []) if reader.op == "embedding" else []
+            if later and all(_batched(self._type(r.name).shape, a) and r.op in _BROADCASTING for r, _ in later):
+                continue
+            bad = next(
+                (r for r, _ in later if not (_batched(self._type(r.name).shape, a) and r.op in _BROADCASTING)), reader
+            )
+            raise refuse(
+                f"node {name!r} holds the positions as one row [{a.length}] for the whole batch, read by node "
+                f"{bad.name!r} (op {bad.op!r}); the cached variant's positions are per row ([{a.batch}, "
+                f"{a.length}]), which keep the shapes only where they index an embedding added to a [{a.batch}, "
+                f"{a.length}, ...] value",
+                name,
+                expected=f"positions [{a.batch}, {a.length}] or [1, {a.length}], or [{a.length}] read only by embeddings "
+                "added to the token path",
+                hint=f"write the positions with a batch dim: torch.arange(T)[None] ([1, {a.length}])",
+            )
 
     def _heads(self) -> None:
         a = self.a

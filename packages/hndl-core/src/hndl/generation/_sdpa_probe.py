@@ -44,7 +44,7 @@ def _nodes_of(graph: Graph, refs: list[str]) -> set[str]:
 
 
 class Probe:
-    """The values of ``masks`` and of the integer ``[1, T]`` / ``[B, T]`` nodes ``side`` is computed from (the
+    """The values of ``masks`` and of the integer ``[T]`` / ``[1, T]`` / ``[B, T]`` nodes ``side`` is computed from (the
     candidates for positions), at each probe length."""
 
     def __init__(self, graph: Graph, checked: dict[str, Any], analysis: Any, masks: list[str], side: list[str]):
@@ -102,9 +102,9 @@ class Probe:
 
     def _positions_like(self, typ: Any) -> bool:
         shape = typ.shape
-        if shape is None or len(shape) != 2 or typ.dtype not in ("int64", "int32"):
+        if shape is None or not 1 <= len(shape) <= 2 or typ.dtype not in ("int64", "int32"):
             return False
-        return str(shape[0]) in ("1", self.a.batch) and str(shape[1]) == self.a.length
+        return str(shape[-1]) == self.a.length and (len(shape) == 1 or str(shape[0]) in ("1", self.a.batch))
 
     def mask_window(self, ref: str) -> int | None:
         """The sliding window of the causal padding mask ``ref`` (``None``: no window).

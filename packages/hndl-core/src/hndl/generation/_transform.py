@@ -63,6 +63,15 @@ def transform(graph: Graph, kind: str) -> Graph:
             "the graph has both attention and sdpa nodes; the variant maps a decoder written with one of them",
             hint="write every layer's attention the same way",
         )
+    if not ops & {"sdpa", "attention"}:
+        # Said first: the per-token rule would otherwise name whichever node it met first (an ``arange``).
+        raise refuse(
+            "the graph has no attention node and no sdpa node; the cached variant caches their keys and values (attention "
+            "written out as matmul, a masked softmax and matmul is not recognised)",
+            expected="a decoder whose attention is attention or sdpa nodes",
+            hint="write the attention as F.scaled_dot_product_attention(q, k, v, is_causal=True) (an sdpa node) or "
+            "an attention node",
+        )
     if "sdpa" in ops:
         from ._sdpa_pattern import analyze
         from ._sdpa_rewrite import SdpaRewriter

@@ -45,12 +45,13 @@ def _binary(op: str, scalar: Callable[[Site, Any, Any], Emit] | None = None, num
     return row
 
 
-def _constant(value: Any, what: str) -> int | float:
-    """A number operand as a node parameter: an int stays an int (``x - 1`` on int64 stays int64)."""
+def _constant(value: Any, what: str, finite: bool = True) -> int | float:
+    """A number operand as a node parameter: an int stays an int (``x - 1`` on int64 stays int64). ``finite``
+    is the parameter's own: ``where`` takes ``-inf`` (a masked score), arithmetic's ``b`` does not."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise Unsupported(f"{what} with the operand {_show(value)}, which is not a constant int or float")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise Unsupported(f"{what} with the operand {value}: a number parameter of an op is finite")
+    if finite and isinstance(value, float) and not math.isfinite(value):
+        raise Unsupported(f"{what} with the operand {value}: {what}'s number parameter is finite")
     return value
 
 
@@ -148,7 +149,7 @@ def _masked_fill(site: Site) -> Emit:
     value = site.args.get("value")
     if is_tensor_node(value):
         raise Unsupported("masked_fill with a tensor value (hndl's where takes it as a number only here)")
-    value = _constant(value, "masked_fill")
+    value = _constant(value, "masked_fill", finite=False)
     import torch
 
     dtype = x.meta["val"].dtype
@@ -168,7 +169,7 @@ def _where(site: Site) -> Emit:
         if is_tensor_node(value):
             inputs.append(value)
         else:
-            params[port] = _constant(value, "where")
+            params[port] = _constant(value, "where", finite=False)
     return Emit("where", inputs, params)
 
 

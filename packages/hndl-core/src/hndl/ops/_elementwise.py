@@ -138,8 +138,9 @@ def _register_unary(row: Row) -> None:
     )(_documented(build, f"{row.doc}\n\nComputes ``torch.{row.torch}(x)``."))
 
 
-def _number_param(name: str, what: str) -> Param:
-    return Param(name, "float", default=None, nullable=True, doc=f"a number in place of input {what}")
+def _number_param(name: str, what: str, finite: bool = True) -> Param:
+    doc = f"a number in place of input {what}" + ("" if finite else " (-inf and inf are allowed)")
+    return Param(name, "float", default=None, nullable=True, finite=finite, doc=doc)
 
 
 def _register_binary(row: Row) -> None:
@@ -213,7 +214,8 @@ def _where_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
 @op(
     "where",
     saves="none",
-    params=[_number_param("a", "a"), _number_param("b", "b")],
+    # Not finite: -inf where a mask holds is how attention scores are masked (masked_fill(mask, -inf)).
+    params=[_number_param("a", "a", finite=False), _number_param("b", "b", finite=False)],
     inputs=[
         Port("condition", None, dtype="bool", doc="where true, the result takes a; elsewhere b"),
         Port("a", None, dtype="any", doc="the value where condition holds", scalar=True),
@@ -238,7 +240,9 @@ def where(p: Params, inputs: Sequence[TensorType]) -> Any:
     """``a`` where ``condition`` is true, else ``b`` (``torch.where``), with broadcasting.
 
     ``condition`` must be bool (a comparison's output). Either branch may be a number: ``{op: where, in: mask,
-    a: -100.0, b: 0.0}`` makes Swin's attention mask from a bool mask.
+    a: -100.0, b: 0.0}`` makes Swin's attention mask from a bool mask. A number may be infinite (``a: -.inf`` in
+    YAML, ``float("-inf")`` in Python): ``{op: where, in: [future, scores], a: -.inf}`` masks attention scores
+    before a softmax.
     """
     return layer_of("where")(p.a, p.b)
 
