@@ -99,6 +99,10 @@ CASES = {
         {"zeros_like", "full_like", "ones_like"},
     ),
     "ones_of_sizes": (lambda i: torch.ones(i.shape[0], i.shape[1], dtype=torch.bool), ids, BT, {"new_ones"}),
+    "flip": (lambda x: (x.flip(1), torch.flip(x, (0, -1))), floats, BT, {"flip"}),
+    "repeat": (lambda x: (x.repeat(1, 2, 1), x.repeat(2, 1, 1, 3)), floats, BT, {"repeat"}),
+    # GPT-J's interleaved rotary: the halves stacked on a new last dim, then that dim flattened
+    "stack": (lambda x: torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2), floats, BT, {"stack"}),
 }
 
 
@@ -163,3 +167,13 @@ def test_regression_unbind_of_a_symbolic_dim_is_refused_with_the_reason() -> Non
     with pytest.raises(hndl.HndlError) as err:
         hndl.from_module(net, torch.randn(2, 5), dynamic_shapes=({1: Dim("T")},))
     assert err.value.code == "E_IMPORT"
+
+
+def test_repeat_by_a_traced_size_is_refused_naming_the_line() -> None:
+    net = Fn(lambda x: x.repeat(1, x.shape[1], 1)).eval()
+    with pytest.raises(hndl.HndlError) as info:
+        hndl.from_module(net, *floats(2, 5), dynamic_shapes=BT)
+    problem = info.value.problems[0]
+    assert problem.code == "E_IMPORT"
+    assert "argument 'repeats'" in problem.message
+    assert "not a list of constant ints" in problem.message

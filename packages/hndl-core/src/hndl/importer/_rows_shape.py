@@ -114,6 +114,19 @@ def _cat(site: Site) -> Emit | Alias:
     return Emit("concat", inputs, {"dim": site.args.get("dim", 0)})
 
 
+def _stack(site: Site) -> Emit:
+    return Emit("stack", site.tensors("tensors"), {"dim": site.args.get("dim", 0)})
+
+
+def _flip(site: Site) -> Emit:
+    return Emit("flip", [site.tensor("self")], {"dims": site.ints("dims")})
+
+
+def _repeat(site: Site) -> Emit:
+    """``x.repeat(*counts)``: counts that are traced sizes (``x.repeat(1, T)``) are refused by :meth:`Site.ints`."""
+    return Emit("repeat", [site.tensor("self")], {"repeats": site.ints("repeats")})
+
+
 def _chunk(site: Site) -> Emit:
     x = site.tensor("self")
     dim = site.args.get("dim", 0)

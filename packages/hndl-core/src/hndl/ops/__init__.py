@@ -15,6 +15,7 @@ from . import (  # noqa: F401  (registration)
     _dense,
     _einsum,
     _elementwise,
+    _flip_repeat_stack,
     _gather,
     _index,
     _matmul,

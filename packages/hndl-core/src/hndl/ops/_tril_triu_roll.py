@@ -51,7 +51,7 @@ _register_triangle("triu", "upper")
 # --- roll -------------------------------------------------------------------------------------------------
 
 
-class _IntOrInts(ParamType):
+class IntOrInts(ParamType):
     """An integer or a list of integers (``shifts: 3`` or ``shifts: [3, 3]``), kept as a tuple."""
 
     name, description, bounded = "int_or_ints", "integer, or a list of integers", True
@@ -98,8 +98,8 @@ def _roll_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     "roll",
     saves="none",
     params=[
-        Param("shifts", _IntOrInts(), doc="how far to shift, per dim (negative: towards the start)"),
-        Param("dims", _IntOrInts(), default=None, nullable=True, doc="the dims to shift (null: the flattened input)"),
+        Param("shifts", IntOrInts(), doc="how far to shift, per dim (negative: towards the start)"),
+        Param("dims", IntOrInts(), default=None, nullable=True, doc="the dims to shift (null: the flattened input)"),
     ],
     inputs=[Port("x", ["*shape"], dtype="any")],
     outputs=[Port("y", ["*shape"], dtype="same:x")],

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 from .._size_reads import SizeRead, plan_entry, read_size
 
-__all__ = ["Concat", "Expand", "Pad", "Permute", "Reshape", "Select", "Slice", "Split", "Transpose"]
+__all__ = ["Concat", "Expand", "Pad", "Permute", "Reshape", "Select", "Slice", "Split", "Stack", "Transpose"]
 
 
 class Concat(nn.Module):
@@ -30,6 +30,20 @@ class Concat(nn.Module):
 
     def forward(self, *inputs: Tensor) -> Tensor:
         return torch.cat(inputs, dim=self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class Stack(nn.Module):
+    """``torch.stack(inputs, dim)``."""
+
+    def __init__(self, dim: int = 0) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, *inputs: Tensor) -> Tensor:
+        return torch.stack(inputs, dim=self.dim)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"

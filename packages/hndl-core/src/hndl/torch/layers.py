@@ -42,7 +42,19 @@ from ._fused_attention_layers import CrossAttention, SelfAttention
 from ._nn_variant_layers import GRU, LSTM, AlwaysDropout, DropPath, LayerNorm2d, LinearInOut
 from ._position_layers import RelativePositionBias, Rotary
 from ._sdpa_cache_layer import CachedSDPA  # noqa: F401
-from ._shape_layers import Concat, Expand, FillRegion, Pad, Permute, Reshape, Select, Slice, Split, Transpose
+from ._shape_layers import (
+    Concat,
+    Expand,
+    FillRegion,
+    Pad,
+    Permute,
+    Reshape,
+    Select,
+    Slice,
+    Split,
+    Stack,
+    Transpose,
+)
 from ._tensor_layers import (  # noqa: F401
     Arange,
     Einsum,
@@ -90,6 +102,7 @@ __all__ = [
     "SelfAttention",
     "Slice",
     "Split",
+    "Stack",
     "TensorScalar",
     "Transpose",
     "TypeAs",
