@@ -97,6 +97,26 @@ def norm_dim(dim: int, rank: int, param: str = "dim", *, entry: bool = False) ->
     return dim + size if dim < 0 else dim
 
 
+def distinct_dims(dims: Sequence[int], rank: int, param: str = "dims") -> list[int]:
+    """``dims`` as indices into a rank-``rank`` shape, each once (``-1`` and the last dim are one), for the ops
+    torch refuses a repeated dim in (``flip``, ``fill_region``).
+
+    Raises:
+        InferError: E_PARAM naming ``param`` for a dim outside the rank or one named twice.
+    """
+    index = [norm_dim(d, rank, param, entry=True) for d in dims]
+    repeated = next((i for i in index if index.count(i) > 1), None)
+    if repeated is not None:
+        raise InferError(
+            f"{param} {list(dims)} names dim {repeated} twice",
+            code="E_PARAM",
+            param=param,
+            expected="each dim once",
+            actual=list(dims),
+        )
+    return index
+
+
 def open_index(shape: Shape, dim: int) -> int | None:
     """For a shape with an open run of dims, the tuple index ``dim`` refers to, if it lies outside the run."""
     k = open_at(shape)

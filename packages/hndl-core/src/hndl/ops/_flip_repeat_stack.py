@@ -12,7 +12,7 @@ from typing import Any
 from .._contracts import TensorType, format_shape
 from .._dims import Dim, dim_mul, format_dim
 from .._registry import InferError, Param, Params, Port, layer_of, op
-from ._common import norm_dim, open_at, promote, provably_different
+from ._common import distinct_dims, norm_dim, open_at, promote, provably_different
 from ._tril_triu_roll import IntOrInts
 
 # --- flip -------------------------------------------------------------------------------------------------
@@ -21,18 +21,7 @@ from ._tril_triu_roll import IntOrInts
 def _flip_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     x = inputs[0]
     if x.shape is not None and open_at(x.shape) is None:
-        seen: dict[int, int] = {}
-        for d in p.dims:
-            index = norm_dim(d, len(x.shape), "dims", entry=True)
-            if index in seen:  # torch.flip refuses it ("dims has duplicates")
-                raise InferError(
-                    f"dims entries {seen[index]} and {d} are one dim (dim {index} of a rank-{len(x.shape)} input)",
-                    code="E_PARAM",
-                    param="dims",
-                    expected="each dim once",
-                    actual=list(p.dims),
-                )
-            seen[index] = d
+        distinct_dims(p.dims, len(x.shape))  # torch.flip refuses a repeated dim ("dims has duplicates")
     return [x]
 
 

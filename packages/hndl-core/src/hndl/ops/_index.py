@@ -14,7 +14,7 @@ from .._contracts import TensorType, format_shape, unknown_dim
 from .._dims import Dim, dim_add, dim_floordiv, format_dim
 from .._param_types import ParamType, excerpt
 from .._registry import InferError, Param, Params, Port, layer_of, op
-from ._common import norm_dim, open_at, open_index
+from ._common import distinct_dims, norm_dim, open_at, open_index
 from ._shape import MAX_PARTS, _split_infer
 
 # --- select ---------------------------------------------------------------------------------------------
@@ -319,19 +319,7 @@ def _fill_region_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorTy
         )
     if t.shape is None or open_at(t.shape) is not None:
         return [t]
-    rank = len(t.shape)
-    seen: set[int] = set()
-    for d in p.dims:
-        k = norm_dim(d, rank, "dims")
-        if k in seen:
-            raise InferError(
-                f"dims {list(p.dims)} names dim {k} twice",
-                code="E_PARAM",
-                param="dims",
-                expected="each dim once",
-                actual=list(p.dims),
-            )
-        seen.add(k)
+    distinct_dims(p.dims, len(t.shape))
     return [t]
 
 
