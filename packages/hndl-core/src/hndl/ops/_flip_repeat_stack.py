@@ -10,9 +10,10 @@ from functools import reduce
 from typing import Any
 
 from .._contracts import TensorType, format_shape
-from .._dims import Dim, dim_mul, format_dim
+from .._dims import Dim, dim_mul
 from .._registry import InferError, Param, Params, Port, layer_of, op
-from ._common import distinct_dims, norm_dim, open_at, promote, provably_different
+from ._common import distinct_dims, norm_dim, open_at, promote
+from ._shape import agree_with_first
 from ._tril_triu_roll import IntOrInts
 
 # --- flip -------------------------------------------------------------------------------------------------
@@ -113,17 +114,15 @@ def _stack_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
                 actual=format_shape(s),
                 hint="every input of stack has the same shape",
             )
-        for j, (a, b) in enumerate(zip(first, s)):
-            if provably_different(a, b):
-                raise InferError(
-                    f"input {i} {format_shape(s)} differs from input 0 {format_shape(first)} in dim {j}",
-                    port="inputs",
-                    expected=f"dim {j} = {format_dim(a)}",
-                    actual=format_shape(s),
-                    hint="every input of stack has the same shape (concat joins along an existing dim)",
-                )
-            if isinstance(b, int) and not isinstance(out[j], int):
-                out[j] = b  # the most precise value any input gives
+        agree_with_first(
+            out,
+            first,
+            s,
+            i,
+            skip=None,
+            suffix="",
+            hint="every input of stack has the same shape (concat joins along an existing dim)",
+        )
     index = norm_dim(p.dim, len(first) + 1)
     out.insert(index, len(inputs))
     return [TensorType(tuple(out), dtype)]

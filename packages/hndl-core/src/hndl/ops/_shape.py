@@ -57,22 +57,42 @@ def _concat_infer(p: Params, inputs: Sequence[TensorType]) -> list[TensorType]:
     total: Dim = 0
     for i, s in enumerate(shapes):
         assert s is not None
-        for j, (a, b) in enumerate(zip(first, s)):
-            if j == index:
-                continue
-            if provably_different(a, b):
-                raise InferError(
-                    f"input {i} {format_shape(s)} differs from input 0 {format_shape(first)} in dim {j}, which is not the concat dim",
-                    port="inputs",
-                    expected=f"dim {j} = {format_dim(a)}",
-                    actual=format_shape(s),
-                    hint=f"only dim {index} (dim={p.dim}) may differ between the inputs",
-                )
-            if isinstance(b, int) and not isinstance(out[j], int):
-                out[j] = b  # the most precise value any input gives
+        agree_with_first(
+            out,
+            first,
+            s,
+            i,
+            skip=index,
+            suffix=", which is not the concat dim",
+            hint=f"only dim {index} (dim={p.dim}) may differ between the inputs",
+        )
         total = dim_add(total, s[index])
     out[index] = total
     return [TensorType(tuple(out), dtype)]
+
+
+def agree_with_first(
+    out: list[Dim], first: Sequence[Dim], s: Sequence[Dim], i: int, *, skip: int | None, suffix: str, hint: str
+) -> None:
+    """Check that input ``i`` (shape ``s``) of a join (``concat``, ``stack``) agrees with input 0 in every dim but
+    ``skip``, and write into ``out`` the most precise size it gives (an int where ``out`` holds a symbol).
+
+    Raises:
+        InferError: E_SHAPE on port ``inputs`` naming the input and the first dim that provably differs.
+    """
+    for j, (a, b) in enumerate(zip(first, s)):
+        if j == skip:
+            continue
+        if provably_different(a, b):
+            raise InferError(
+                f"input {i} {format_shape(s)} differs from input 0 {format_shape(first)} in dim {j}{suffix}",
+                port="inputs",
+                expected=f"dim {j} = {format_dim(a)}",
+                actual=format_shape(s),
+                hint=hint,
+            )
+        if isinstance(b, int) and not isinstance(out[j], int):
+            out[j] = b
 
 
 @op(
