@@ -276,11 +276,10 @@ class _Recognizer:
         a = self.a
         for reader, _ in self.readers.get(name, []):
             later = self.readers.get(reader.name, []) if reader.op == "embedding" else []
-            if later and all(_batched(self._type(r.name).shape, a) and r.op in _BROADCASTING for r, _ in later):
+            fits = [r.op in _BROADCASTING and _batched(self._type(r.name).shape, a) for r, _ in later]
+            if later and all(fits):
                 continue
-            bad = next(
-                (r for r, _ in later if not (_batched(self._type(r.name).shape, a) and r.op in _BROADCASTING)), reader
-            )
+            bad = next((r for (r, _), ok in zip(later, fits) if not ok), reader)
             raise refuse(
                 f"node {name!r} holds the positions as one row [{a.length}] for the whole batch, read by node "
                 f"{bad.name!r} (op {bad.op!r}); the cached variant's positions are per row ([{a.batch}, "
